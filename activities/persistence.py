@@ -1,0 +1,37 @@
+"""Activities that write the audit trail and manage sessions."""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from tooltrail.db.store import AuditStore
+from tooltrail.scratch import ScratchDirs
+from tooltrail.wire import AUDIT_RECORD, SESSION_CLEANUP, CloseSessionInput, RecordTurn
+
+__all__ = ["AuditActivities", "SessionActivities"]
+
+
+class AuditActivities:
+    """Writes audit records that did not ride along with a tool attempt."""
+
+    def __init__(self, store: AuditStore) -> None:
+        """Wire the audit store."""
+        self.store = store
+
+    @activity.defn(name=AUDIT_RECORD)
+    async def record(self, inp: RecordTurn) -> None:
+        """Write the records; a database error propagates so Temporal retries the write."""
+        await self.store.write_flush(inp.flush)
+
+
+class SessionActivities:
+    """Session lifecycle on the worker host."""
+
+    def __init__(self, scratch: ScratchDirs) -> None:
+        """Wire the scratch directories."""
+        self.scratch = scratch
+
+    @activity.defn(name=SESSION_CLEANUP)
+    async def cleanup(self, inp: CloseSessionInput) -> bool:
+        """Remove the session's scratch directory (best-effort); return whether one existed."""
+        return self.scratch.remove(inp.session_id)

@@ -1,0 +1,166 @@
+"""The tool activity: one attempt of one call, with exception isolation.
+
+A tool's failure is a *result*, never raised out of the activity, so Temporal never retries
+it; only the workflow's recovery loop runs a call again. Anything this activity raises is an
+infrastructure failure (an unreachable database, a lost worker), which Temporal retries as
+the same attempt.
+
+The audit records the workflow produced since its last write ride along in the input and are
+written first, so a call costs one round trip. If the database is down the tool still runs;
+the outcome says ``flushed=False`` and the workflow sends the records again later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from temporalio import activity
+
+from tooltrail.db.store import AuditStore
+from tooltrail.errors import ToolError
+from tooltrail.results import ToolOutput
+from tooltrail.scratch import ScratchDirs
+from tooltrail.text import not_found, panicked
+from tooltrail.tools import ArgumentsRejected, ToolContext, ToolRegistry, to_output
+from tooltrail.wire import TOOL_EXECUTE, AttemptOutcome, ExecuteAttempt, Flush
+
+__all__ = ["BODY_STARTED", "ToolActivities", "heartbeating", "interrupted_text"]
+
+log = logging.getLogger("tooltrail.tool")
+
+BODY_STARTED = "body-started"
+"""Heartbeat detail sent just before a tool body runs; a retried attempt reads it back."""
+
+
+def interrupted_text(name: str) -> str:
+    """Soft text for a ``retry_on_interrupt=False`` tool whose worker was lost mid-body."""
+    return (
+        f"tool '{name}' was interrupted before it reported a result; "
+        "it may or may not have taken effect"
+    )
+
+
+@contextlib.asynccontextmanager
+async def heartbeating(*details: object) -> AsyncIterator[None]:
+    """Heartbeat in the background while the block runs, so cancellation and lost workers
+    are noticed; the first heartbeat (with ``details``) goes out at once."""
+    activity.heartbeat(*details)
+    timeout = activity.info().heartbeat_timeout
+    interval = max(0.1, timeout.total_seconds() / 3) if timeout else 10.0
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(interval)
+            activity.heartbeat(*details)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def write_flush(store: AuditStore, flush: Flush | None) -> bool:
+    """Write pending audit records; return False (and log) when the database is unreachable."""
+    if flush is None:
+        return True
+    try:
+        await store.write_flush(flush)
+    except Exception:
+        log.warning(
+            "audit write failed for turn %r; the workflow will send the records again",
+            flush.turn.turn_id,
+            exc_info=True,
+        )
+        return False
+    return True
+
+
+class ToolActivities:
+    """Runs tool attempts; one instance per worker."""
+
+    def __init__(self, registry: ToolRegistry, store: AuditStore, scratch: ScratchDirs) -> None:
+        """Wire the registry, the audit store and the scratch directories."""
+        self.registry = registry
+        self.store = store
+        self.scratch = scratch
+
+    @activity.defn(name=TOOL_EXECUTE)
+    async def execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
+        """Write pending audit records, then run one attempt of one call."""
+        flushed = await write_flush(self.store, inp.flush)
+        tool = self.registry.lookup(inp.tool_name)
+        if tool is None:
+            return AttemptOutcome(
+                output=not_found(inp.tool_name, self.registry.names()),
+                is_error=True,
+                duration_ms=0.0,
+                resolved_tool_name=inp.tool_name,
+                flushed=flushed,
+            )
+        info = activity.info()
+        if info.attempt > 1 and not tool.retry_on_interrupt and BODY_STARTED in (
+            info.heartbeat_details or ()
+        ):
+            return AttemptOutcome(
+                output=interrupted_text(tool.name),
+                is_error=True,
+                duration_ms=0.0,
+                resolved_tool_name=tool.name,
+                flushed=flushed,
+            )
+        try:
+            snapshot = tool.validate(inp.arguments)
+        except ArgumentsRejected as rejected:
+            return AttemptOutcome(
+                output=str(rejected),
+                is_error=True,
+                duration_ms=0.0,
+                resolved_tool_name=tool.name,
+                flushed=flushed,
+            )
+        ctx = ToolContext(
+            session_id=inp.session_id,
+            turn_id=inp.turn_id,
+            tool_call_id=inp.tool_call_id,
+            attempt=inp.attempt,
+            temp_dir=self.scratch.ensure(inp.session_id),
+        )
+        started = time.monotonic()
+        async with heartbeating(BODY_STARTED):
+            try:
+                if tool.timeout_s is None:
+                    value = await tool.invoke(ctx, snapshot)
+                else:
+                    value = await asyncio.wait_for(tool.invoke(ctx, snapshot), tool.timeout_s)
+                output = to_output(value)
+            except asyncio.CancelledError:
+                # Sync bodies keep running in their thread: tell them to stop.
+                ctx._cancel.set()
+                raise
+            except TimeoutError:
+                ctx._cancel.set()
+                output = ToolOutput(
+                    text=f"Tool '{tool.name}' timed out after {int(tool.timeout_s or 0)}s",
+                    is_error=True,
+                )
+            except ToolError as err:
+                output = ToolOutput(text=str(err), is_error=True)
+            except Exception as exc:
+                log.error("tool %r panicked", tool.name, exc_info=True)
+                output = ToolOutput(text=panicked(tool.name, str(exc)), is_error=True)
+        elapsed_ms = (time.monotonic() - started) * 1000.0
+        return AttemptOutcome(
+            output=output.parts if output.parts is not None else (output.text or ""),
+            is_error=output.is_error,
+            duration_ms=elapsed_ms,
+            resolved_tool_name=tool.name,
+            display_hint=output.display_hint,
+            flushed=flushed,
+        )

@@ -1,0 +1,273 @@
+"""The client API: start turns, wait for their results, read the audit trail and memory.
+
+``local(host)`` brings up everything in-process (the embedded Temporal dev server, a worker,
+the SQLite audit database); ``connect(host, ...)`` talks to an existing deployment, whose
+workers run ``tooltrail worker``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
+
+from tooltrail.config import RunConfig
+from tooltrail.db.migrate import check_schema, upgrade
+from tooltrail.db.store import AuditStore, TurnSummary
+from tooltrail.embedded import start_dev_server
+from tooltrail.errors import (
+    ConfigurationError,
+    LoopDetected,
+    ToolRecoveryExhausted,
+    TurnCancelled,
+    TurnError,
+    TurnFailed,
+)
+from tooltrail.host import Host
+from tooltrail.results import ToolCall
+from tooltrail.scratch import ScratchDirs
+from tooltrail.settings import Settings
+from tooltrail.tools import Tool, ToolRegistry
+from tooltrail.wire import AuditEvent, CloseSessionInput, MemoryEntry, TurnInput, TurnOutput
+from tooltrail.worker import build_worker, connect_client
+
+__all__ = ["Tooltrail", "TurnHandle", "TurnResult", "connect", "local"]
+
+TurnResult = TurnOutput
+"""The outcome of a turn: ``turn_id`` and ``results`` in the model's call order."""
+
+
+def turn_error(failure: WorkflowFailureError, turn_id: str) -> TurnError:
+    """Map a failed turn workflow to tooltrail's typed hard errors."""
+    cause = failure.cause
+    if isinstance(cause, CancelledError):
+        return TurnCancelled(turn_id=turn_id)
+    if isinstance(cause, ApplicationError):
+        details = list(cause.details)
+        if cause.type == "LoopDetected":
+            message = str(details[0]) if details else cause.message.removeprefix("Loop detected: ")
+            return LoopDetected(message, turn_id=turn_id)
+        if cause.type == "ToolRecoveryExhausted" and len(details) >= 2:
+            return ToolRecoveryExhausted(str(details[0]), int(details[1]), turn_id=turn_id)
+    return TurnFailed(f"turn {turn_id!r} failed: {cause or failure}", turn_id=turn_id)
+
+
+class TurnHandle:
+    """A started turn."""
+
+    def __init__(self, handle: WorkflowHandle[Any, TurnOutput]) -> None:
+        """Wrap a workflow handle."""
+        self._handle = handle
+
+    @property
+    def turn_id(self) -> str:
+        """The turn id (the workflow id)."""
+        return self._handle.id
+
+    @property
+    def workflow_handle(self) -> WorkflowHandle[Any, TurnOutput]:
+        """The underlying Temporal handle."""
+        return self._handle
+
+    async def result(self) -> TurnResult:
+        """Wait for the turn's results.
+
+        Raises:
+            LoopDetected: the loop detector stopped the turn.
+            ToolRecoveryExhausted: a call hit the retry ceiling.
+            TurnCancelled: the turn was cancelled.
+            TurnFailed: the workflow failed for another reason.
+        """
+        try:
+            return await self._handle.result()
+        except WorkflowFailureError as failure:
+            raise turn_error(failure, self.turn_id) from failure
+
+    async def cancel(self) -> None:
+        """Request cancellation; ``result()`` then raises ``TurnCancelled``."""
+        await self._handle.cancel()
+
+
+class Tooltrail:
+    """The client of a tooltrail deployment (``local`` or ``connect`` create one)."""
+
+    def __init__(
+        self,
+        client: Client,
+        host: Host,
+        *,
+        task_queue: str,
+        store: AuditStore,
+    ) -> None:
+        """Wrap a Temporal client, the host wiring and the audit database."""
+        self.client = client
+        self.host = host
+        self.task_queue = task_queue
+        self.store = store
+        self.sessions: set[str] = set()
+
+    async def start_turn(
+        self,
+        calls: Sequence[ToolCall],
+        *,
+        session_id: str,
+        advertised: Iterable[str] | None = None,
+        config: RunConfig | None = None,
+        turn_id: str | None = None,
+        execution_timeout: timedelta | None = None,
+    ) -> TurnHandle:
+        """Start a turn workflow and return its handle.
+
+        Args:
+            calls: the model's tool calls, in its order.
+            session_id: the session the turn belongs to.
+            advertised: the tool names the model was offered (default: the host's registry).
+            config: dispatch configuration.
+            turn_id: the turn (workflow) id; a new one by default. Ids are never reused.
+            execution_timeout: an optional limit for the whole turn.
+
+        Raises:
+            ConfigurationError: ``turn_id`` was already used.
+        """
+        turn_id = turn_id or f"turn-{uuid.uuid4()}"
+        names = self.host.registry.names() if advertised is None else list(advertised)
+        inp = TurnInput(
+            session_id=session_id,
+            calls=list(calls),
+            advertised=names,
+            config=config or RunConfig(),
+            tools=self.host.tool_meta(),
+        )
+        try:
+            handle = await self.client.start_workflow(
+                "TurnWorkflow",
+                inp,
+                id=turn_id,
+                task_queue=self.task_queue,
+                result_type=TurnOutput,
+                # A turn id names one audit trail: reusing it would mix two turns' events.
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                execution_timeout=execution_timeout,
+            )
+        except WorkflowAlreadyStartedError as exc:
+            raise ConfigurationError(
+                f"turn id {turn_id!r} was already used; turn ids are never reused"
+            ) from exc
+        self.sessions.add(session_id)
+        return TurnHandle(handle)
+
+    async def run_turn(
+        self,
+        calls: Sequence[ToolCall],
+        *,
+        session_id: str,
+        advertised: Iterable[str] | None = None,
+        config: RunConfig | None = None,
+        turn_id: str | None = None,
+    ) -> TurnResult:
+        """Run a turn to completion; see ``start_turn`` and ``TurnHandle.result``."""
+        handle = await self.start_turn(
+            calls, session_id=session_id, advertised=advertised, config=config, turn_id=turn_id
+        )
+        return await handle.result()
+
+    def get_turn(self, turn_id: str) -> TurnHandle:
+        """Return the handle of an existing turn."""
+        return TurnHandle(self.client.get_workflow_handle(turn_id, result_type=TurnOutput))
+
+    async def audit(self, turn_id: str) -> list[AuditEvent]:
+        """Return a turn's audit trail, ordered by ``seq``."""
+        return await self.store.events(turn_id)
+
+    async def memory(self, session_id: str) -> list[MemoryEntry]:
+        """Return a session's memory entries."""
+        return await self.store.memory(session_id)
+
+    async def turns(self, **filters: Any) -> list[TurnSummary]:
+        """Return recent turns; filters: ``session_id``, ``status``, ``tool``, ``since``,
+        ``until``, ``errors_only``, ``limit``."""
+        return await self.store.turns(**filters)
+
+    async def close_session(self, session_id: str) -> bool:
+        """End a session on the worker side: its scratch directory is removed (best-effort)."""
+        removed: bool = await self.client.execute_workflow(
+            "CloseSessionWorkflow",
+            CloseSessionInput(session_id=session_id),
+            id=f"close-session-{session_id}-{uuid.uuid4()}",
+            task_queue=self.task_queue,
+            result_type=bool,
+        )
+        self.sessions.discard(session_id)
+        return removed
+
+
+@contextlib.asynccontextmanager
+async def local(
+    host: Host | ToolRegistry | list[Tool],
+    *,
+    database_url: str | None = None,
+    task_queue: str = "tooltrail",
+    ui: bool = False,
+    ui_port: int | None = None,
+    port: int | None = None,
+) -> AsyncIterator[Tooltrail]:
+    """Run everything in-process: the embedded Temporal dev server, a worker and the database.
+
+    The database (the host's, ``database_url``, or the embedded SQLite file) is migrated on
+    start. On exit the worker drains, session scratch directories are removed and the server
+    stops.
+    """
+    wired = Host.coerce(host)
+    url = database_url or wired.database_url or Settings().effective_database_url()
+    await upgrade(url)
+    env = await start_dev_server(port=port, ui=ui, ui_port=ui_port)
+    store = AuditStore(url)
+    scratch = ScratchDirs(wired.scratch_base, enabled=wired.managed_scratch)
+    tt = Tooltrail(env.client, wired, task_queue=task_queue, store=store)
+    try:
+        async with build_worker(
+            env.client, wired, task_queue=task_queue, store=store, scratch=scratch
+        ):
+            yield tt
+    finally:
+        for session_id in tt.sessions:
+            scratch.remove(session_id)
+        await store.close()
+        await env.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    host: Host | ToolRegistry | list[Tool],
+    *,
+    temporal_address: str | None = None,
+    namespace: str | None = None,
+    task_queue: str | None = None,
+    database_url: str | None = None,
+) -> AsyncIterator[Tooltrail]:
+    """Connect to an existing deployment (workers run ``tooltrail worker``).
+
+    Options default to the settings (``TOOLTRAIL_*`` environment variables).
+
+    Raises:
+        DatabaseSchemaError: the database is not migrated (run ``tooltrail db upgrade``).
+    """
+    settings = Settings()
+    wired = Host.coerce(host)
+    url = database_url or wired.database_url or settings.effective_database_url()
+    await check_schema(url)
+    client = await connect_client(
+        temporal_address or settings.temporal_address, namespace=namespace or settings.namespace
+    )
+    store = AuditStore(url)
+    try:
+        yield Tooltrail(client, wired, task_queue=task_queue or settings.task_queue, store=store)
+    finally:
+        await store.close()

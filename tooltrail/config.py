@@ -1,0 +1,43 @@
+"""Per-turn configuration (``RunConfig``), carried in workflow input. Pure module."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from tooltrail.recovery import ExponentialBackoff, RecoveryStrategy
+
+__all__ = ["LoopDetection", "RunConfig"]
+
+
+class LoopDetection(BaseModel):
+    """Loop-detection settings (the pipeline spec's ``DetectionConfig``)."""
+
+    loop_threshold: int = Field(default=3, ge=1)
+    """A repetition count at or above this is a pattern."""
+    stop_threshold: int = Field(default=10, ge=0)
+    """A count at or above this stops the turn; 0 disables hard stops."""
+    window: int = Field(default=100, ge=1)
+    """Operations remembered per session (the spec's ``max_history``)."""
+    enabled: bool = True
+    """Whether detection runs at all."""
+
+
+class RunConfig(BaseModel):
+    """How one turn dispatches its calls."""
+
+    dispatch: Literal["sequential", "parallel"] = "sequential"
+    """Sequential (default) or parallel waves."""
+    max_concurrency: int = Field(default=8, ge=1)
+    """Upper bound of concurrently running calls in parallel mode."""
+    recovery: RecoveryStrategy = Field(default_factory=ExponentialBackoff)
+    """What to do after a failed attempt the reflector judged."""
+    detection: LoopDetection = Field(default_factory=LoopDetection)
+    """Loop detection."""
+    tool_timeout_s: float = Field(default=600.0, gt=0)
+    """Temporal start-to-close timeout of one tool attempt, for tools without ``timeout_s``."""
+    heartbeat_timeout_s: float = Field(default=30.0, gt=0)
+    """Temporal heartbeat timeout of a tool attempt: how fast a lost worker is noticed."""
+    infrastructure_retries: int = Field(default=5, ge=1)
+    """Temporal attempts of one tool attempt after infrastructure failures (lost worker)."""

@@ -1,0 +1,95 @@
+"""Running the Alembic migrations from code (the CLI, the embedded stack and the tests).
+
+The engine is async, so the migrations run on a sync connection handed over through
+``config.attributes["connection"]`` (Alembic's cookbook pattern); ``migrations/env.py`` uses
+that connection when present and opens its own otherwise (the ``alembic`` command).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+
+from tooltrail.db.engine import create_engine, normalize_url
+from tooltrail.errors import DatabaseSchemaError
+
+__all__ = ["alembic_config", "check_schema", "head_revision", "migrations_dir", "upgrade"]
+
+
+def migrations_dir() -> Path:
+    """Return the Alembic script directory (packaged in a wheel, or the repository's)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "_migrations", here.parent.parent / "migrations"):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise DatabaseSchemaError("tooltrail's migrations are missing from this installation")
+
+
+def alembic_config(url: str | None = None) -> Config:
+    """Return an Alembic config pointing at tooltrail's migrations (and ``url``, if given)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    if url is not None:
+        rendered = normalize_url(url).render_as_string(hide_password=False)
+        cfg.set_main_option("sqlalchemy.url", rendered.replace("%", "%%"))
+    return cfg
+
+
+def head_revision() -> str:
+    """Return the newest migration's revision id."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:
+        raise DatabaseSchemaError("tooltrail's migrations have no head revision")
+    return head
+
+
+async def _run_with_connection(url: str, fn: Any, *args: Any) -> Any:
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            return await conn.run_sync(fn, *args)
+    finally:
+        await engine.dispose()
+
+
+async def upgrade(url: str, revision: str = "head") -> None:
+    """Apply the migrations to the database at ``url`` up to ``revision``."""
+
+    def run(connection: Connection) -> None:
+        cfg = alembic_config(url)
+        cfg.attributes["connection"] = connection
+        command.upgrade(cfg, revision)
+
+    await _run_with_connection(url, run)
+
+
+async def current_revision(url: str) -> str | None:
+    """Return the database's current revision, or ``None`` for an empty database."""
+
+    def read(connection: Connection) -> str | None:
+        return MigrationContext.configure(connection).get_current_revision()
+
+    result: str | None = await _run_with_connection(url, read)
+    return result
+
+
+async def check_schema(url: str) -> None:
+    """Check that the database is at the migrations' head.
+
+    Raises:
+        DatabaseSchemaError: with the command that fixes it.
+    """
+    current = await current_revision(url)
+    head = head_revision()
+    if current != head:
+        shown = normalize_url(url).render_as_string(hide_password=True)
+        raise DatabaseSchemaError(
+            f"the audit database {shown!r} is at revision {current!r}, but this tooltrail "
+            f"needs {head!r}: run `tooltrail db upgrade --database-url ...` first"
+        )

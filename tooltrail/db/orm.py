@@ -1,0 +1,98 @@
+"""The audit database schema (SQLAlchemy 2, typed). Changes only through Alembic migrations.
+
+Table names are fixed so operators can query them directly.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ["AuditEventRow", "Base", "MemoryEntryRow", "TurnRow"]
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# JSONB on PostgreSQL (indexable, compact); plain JSON text elsewhere.
+JsonType = JSON().with_variant(JSONB(), "postgresql")
+# SQLite only auto-increments INTEGER PRIMARY KEY columns.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    """Declarative base with a naming convention, so migrations name constraints stably."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class TurnRow(Base):
+    """One turn workflow execution."""
+
+    __tablename__ = "turn"
+
+    turn_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    session_id: Mapped[str] = mapped_column(String(255), index=True)
+    status: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    call_count: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    error_type: Mapped[str | None] = mapped_column(String(64))
+
+
+class AuditEventRow(Base):
+    """One event of a turn; unique per (turn, seq), so re-sent events are written once."""
+
+    __tablename__ = "audit_event"
+    __table_args__ = (
+        UniqueConstraint("turn_id", "seq"),
+        Index(None, "tool_name"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    turn_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("turn.turn_id", ondelete="CASCADE")
+    )
+    seq: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(32))
+    tool_call_id: Mapped[str | None] = mapped_column(String(255))
+    tool_name: Mapped[str | None] = mapped_column(String(255))
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    payload: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class MemoryEntryRow(Base):
+    """One memory note of a session; unique per (turn, seq of the call's post event)."""
+
+    __tablename__ = "memory_entry"
+    __table_args__ = (UniqueConstraint("turn_id", "seq"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(String(255), index=True)
+    turn_id: Mapped[str] = mapped_column(String(255))
+    seq: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(32))
+    content: Mapped[str] = mapped_column(Text)
+    tool_call_id: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

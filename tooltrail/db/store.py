@@ -1,0 +1,248 @@
+"""Reads and idempotent writes of the audit trail and memory.
+
+Every write is keyed on (turn id, seq), never on an attempt number, because Temporal may run
+an activity again: a second write of the same records is a no-op. ORM rows never leave this
+module; callers get pydantic models.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Select, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from tooltrail.db.engine import create_engine, session_factory
+from tooltrail.db.orm import AuditEventRow, MemoryEntryRow, TurnRow
+from tooltrail.wire import AuditEvent, Flush, MemoryEntry, TurnRecord
+
+__all__ = [
+    "AuditStore",
+    "TurnSummary",
+    "list_events",
+    "list_memory",
+    "list_turns",
+    "record_events",
+    "record_memory",
+    "record_turn",
+]
+
+log = logging.getLogger("tooltrail.db")
+
+
+def _insert(session: AsyncSession, table: Any) -> Any:
+    if session.bind.dialect.name == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    # SQLite drops the zone; every time tooltrail stores is UTC.
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+async def record_turn(session: AsyncSession, *, turn: TurnRecord) -> None:
+    """Insert the turn row, or move a running turn to its final status; never regress it."""
+    values = turn.model_dump()
+    await session.execute(_insert(session, TurnRow).values(**values).on_conflict_do_nothing())
+    if turn.status != "running":
+        await session.execute(
+            update(TurnRow)
+            .where(TurnRow.turn_id == turn.turn_id, TurnRow.status == "running")
+            .values(
+                status=turn.status,
+                ended_at=turn.ended_at,
+                call_count=turn.call_count,
+                error=turn.error,
+                error_type=turn.error_type,
+            )
+        )
+
+
+async def record_events(
+    session: AsyncSession, *, turn_id: str, events: Sequence[AuditEvent]
+) -> None:
+    """Insert events; those already stored under (turn, seq) are left as they are."""
+    if not events:
+        return
+    rows = [{"turn_id": turn_id, **event.model_dump(mode="json")} for event in events]
+    for row, event in zip(rows, events, strict=True):
+        row["created_at"] = event.created_at
+    stmt = _insert(session, AuditEventRow).on_conflict_do_nothing(
+        index_elements=["turn_id", "seq"]
+    )
+    await session.execute(stmt, rows)
+
+
+async def record_memory(session: AsyncSession, *, entries: Sequence[MemoryEntry]) -> None:
+    """Insert memory entries; those already stored under (turn, seq) are left alone."""
+    if not entries:
+        return
+    rows = [entry.model_dump() for entry in entries]
+    stmt = _insert(session, MemoryEntryRow).on_conflict_do_nothing(
+        index_elements=["turn_id", "seq"]
+    )
+    await session.execute(stmt, rows)
+
+
+async def list_events(session: AsyncSession, *, turn_id: str) -> list[AuditEvent]:
+    """Return a turn's events ordered by ``seq``."""
+    rows = await session.scalars(
+        select(AuditEventRow).where(AuditEventRow.turn_id == turn_id).order_by(AuditEventRow.seq)
+    )
+    events = []
+    for row in rows:
+        event = AuditEvent.model_validate(row, from_attributes=True)
+        event.created_at = _aware(event.created_at) or event.created_at
+        events.append(event)
+    return events
+
+
+async def list_memory(session: AsyncSession, *, session_id: str) -> list[MemoryEntry]:
+    """Return a session's memory entries in the order they were made."""
+    rows = await session.scalars(
+        select(MemoryEntryRow)
+        .where(MemoryEntryRow.session_id == session_id)
+        .order_by(MemoryEntryRow.created_at, MemoryEntryRow.turn_id, MemoryEntryRow.seq)
+    )
+    entries = []
+    for row in rows:
+        entry = MemoryEntry.model_validate(row, from_attributes=True)
+        entry.created_at = _aware(entry.created_at) or entry.created_at
+        entries.append(entry)
+    return entries
+
+
+class TurnSummary(TurnRecord):
+    """A turn row with counts from its audit trail."""
+
+    error_results: int = 0
+    """``tool_post`` events with a soft error."""
+    event_count: int = 0
+
+
+async def list_turns(
+    session: AsyncSession,
+    *,
+    session_id: str | None = None,
+    status: str | None = None,
+    tool: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    errors_only: bool = False,
+    limit: int = 50,
+) -> list[TurnSummary]:
+    """Return the newest turns matching every given filter, newest first."""
+    events = (
+        select(
+            AuditEventRow.turn_id.label("turn_id"),
+            func.count().label("event_count"),
+            func.count()
+            .filter(AuditEventRow.kind == "tool_post", AuditEventRow.payload["is_error"].as_boolean())
+            .label("error_results"),
+        )
+        .group_by(AuditEventRow.turn_id)
+        .subquery()
+    )
+    query: Select[Any] = select(
+        TurnRow,
+        func.coalesce(events.c.event_count, 0),
+        func.coalesce(events.c.error_results, 0),
+    ).outerjoin(events, events.c.turn_id == TurnRow.turn_id)
+    if session_id is not None:
+        query = query.where(TurnRow.session_id == session_id)
+    if status is not None:
+        query = query.where(TurnRow.status == status)
+    if since is not None:
+        query = query.where(TurnRow.started_at >= since)
+    if until is not None:
+        query = query.where(TurnRow.started_at < until)
+    if tool is not None:
+        query = query.where(
+            select(AuditEventRow.id)
+            .where(AuditEventRow.turn_id == TurnRow.turn_id, AuditEventRow.tool_name == tool)
+            .exists()
+        )
+    if errors_only:
+        query = query.where(
+            (TurnRow.status.in_(["failed", "cancelled"])) | (events.c.error_results > 0)
+        )
+    query = query.order_by(TurnRow.started_at.desc(), TurnRow.turn_id).limit(limit)
+    summaries = []
+    for row, event_count, error_results in (await session.execute(query)).all():
+        summary = TurnSummary.model_validate(row, from_attributes=True)
+        summary.started_at = _aware(summary.started_at) or summary.started_at
+        summary.ended_at = _aware(summary.ended_at)
+        summary.event_count = int(event_count)
+        summary.error_results = int(error_results)
+        summaries.append(summary)
+    return summaries
+
+
+class AuditStore:
+    """The audit database of one worker or client: an engine and its session factory."""
+
+    def __init__(self, url: str, **engine_kwargs: Any) -> None:
+        """Open (lazily) the database at ``url``."""
+        self.url = url
+        self.engine: AsyncEngine = create_engine(url, **engine_kwargs)
+        self.sessions: async_sessionmaker[AsyncSession] = session_factory(self.engine)
+
+    async def write_flush(self, flush: Flush) -> None:
+        """Write a flush: the turn row and events in one transaction, then memory.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the turn row or the events could not be written.
+                Memory failures are logged and dropped (memory keeps the gist; the audit
+                trail has everything).
+        """
+        async with self.sessions.begin() as session:
+            await record_turn(session, turn=flush.turn)
+            await record_events(session, turn_id=flush.turn.turn_id, events=flush.events)
+        if flush.memory:
+            try:
+                async with self.sessions.begin() as session:
+                    await record_memory(session, entries=flush.memory)
+            except Exception:
+                log.warning(
+                    "memory store failed; %d entries of turn %r dropped",
+                    len(flush.memory),
+                    flush.turn.turn_id,
+                    exc_info=True,
+                )
+
+    async def events(self, turn_id: str) -> list[AuditEvent]:
+        """Return a turn's audit events ordered by ``seq``."""
+        async with self.sessions() as session:
+            return await list_events(session, turn_id=turn_id)
+
+    async def memory(self, session_id: str) -> list[MemoryEntry]:
+        """Return a session's memory entries."""
+        async with self.sessions() as session:
+            return await list_memory(session, session_id=session_id)
+
+    async def turns(self, **filters: Any) -> list[TurnSummary]:
+        """Return turns matching the filters of ``list_turns``."""
+        async with self.sessions() as session:
+            return await list_turns(session, **filters)
+
+    async def turn(self, turn_id: str) -> TurnRecord | None:
+        """Return one turn's row, or ``None``."""
+        async with self.sessions() as session:
+            row = await session.get(TurnRow, turn_id)
+            if row is None:
+                return None
+            record = TurnRecord.model_validate(row, from_attributes=True)
+            record.started_at = _aware(record.started_at) or record.started_at
+            record.ended_at = _aware(record.ended_at)
+            return record
+
+    async def close(self) -> None:
+        """Dispose of the engine's connections."""
+        await self.engine.dispose()

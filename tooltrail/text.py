@@ -1,0 +1,95 @@
+"""Exact model-visible texts and the pure helpers every layer shares.
+
+Hashing, memory, hook contexts and the reflector all read outputs through ``render_text``, and
+every hash uses ``stable_hash`` (the built-in ``hash`` is randomised per process and would
+break replay). Pure module: workflow code imports it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from tooltrail.results import ImagePart, Part, TextPart
+
+__all__ = [
+    "MEMORY_FIELD_LIMIT",
+    "canonical_json",
+    "invalid_arguments",
+    "not_available",
+    "not_found",
+    "panicked",
+    "render_text",
+    "stable_hash",
+    "trajectory",
+    "trunc",
+]
+
+MEMORY_FIELD_LIMIT = 500
+"""Characters of input and of result kept in a trajectory memory entry (spec §5)."""
+
+
+def canonical_json(value: Any) -> str:
+    """Return the canonical JSON text of a value (sorted keys, compact, non-ASCII kept)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def render_text(output: str | list[Part] | list[TextPart | ImagePart]) -> str:
+    """Render an output to text: text as is, multipart parts joined by newlines."""
+    if isinstance(output, str):
+        return output
+    rendered: list[str] = []
+    for part in output:
+        if isinstance(part, TextPart):
+            rendered.append(part.text)
+        else:
+            rendered.append(f"[image: {part.media_type}]")
+    return "\n".join(rendered)
+
+
+def stable_hash(text: str) -> str | None:
+    """Return a 64-bit blake2b digest (hex) of ``text``, or ``None`` for empty text."""
+    if not text:
+        return None
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def trunc(text: str, limit: int = MEMORY_FIELD_LIMIT) -> str:
+    """Keep the first ``limit`` characters (code points) and mark a cut with ``…``."""
+    return text if len(text) <= limit else text[:limit] + "\u2026"
+
+
+def trajectory(tool: str, input_text: str, result_text: str) -> str:
+    """Return the content of a trajectory memory entry (spec §5)."""
+    return f"tool={tool}; input={trunc(input_text)}; result={trunc(result_text)}"
+
+
+def not_available(name: str) -> str:
+    """Text for a call to a tool that was never advertised (spec §3.1)."""
+    return f"tool '{name}' is not available"
+
+
+def not_found(name: str, names: Iterable[str]) -> str:
+    """Text for a registry miss at the core (spec §3.2)."""
+    ordered = sorted(names)
+    if not ordered:
+        listed = "none registered"
+    elif len(ordered) > 10:
+        listed = ", ".join(ordered[:10]) + f"... (and {len(ordered) - 10} more)"
+    else:
+        listed = ", ".join(ordered)
+    return f"Tool not found: {name}. Available: {listed}"
+
+
+def panicked(name: str, message: str) -> str:
+    """Text for a tool body that raised something other than ``ToolError`` (spec §2.3)."""
+    if not message:
+        return f"tool '{name}' panicked (unknown payload)"
+    return f"tool '{name}' panicked: {message}"
+
+
+def invalid_arguments(reason: str) -> str:
+    """Text for raw JSON arguments that are not a JSON object."""
+    return f"invalid arguments: {reason}"

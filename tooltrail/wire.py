@@ -1,0 +1,176 @@
+"""What crosses Temporal: workflow and activity inputs and outputs, and the audit records.
+
+One input model per workflow and activity. Fields added later MUST get defaults so that
+histories recorded before them still decode. Activity names are stable forever: a renamed
+activity breaks every turn in flight. Pure module: workflow code imports it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from tooltrail.config import RunConfig
+from tooltrail.results import Part, ToolCall, ToolDispatchResult
+
+__all__ = [
+    "AUDIT_RECORD",
+    "SESSION_CLEANUP",
+    "TOOL_EXECUTE",
+    "AttemptOutcome",
+    "AuditEvent",
+    "CloseSessionInput",
+    "EventKind",
+    "ExecuteAttempt",
+    "Flush",
+    "MemoryEntry",
+    "RecordTurn",
+    "ToolMeta",
+    "TurnInput",
+    "TurnOutput",
+    "TurnRecord",
+    "TurnStatus",
+]
+
+TOOL_EXECUTE = "tooltrail.tool.execute"
+"""Activity: flush pending audit records, then run one attempt of one call."""
+AUDIT_RECORD = "tooltrail.audit.record"
+"""Activity: flush pending audit records and the turn's final status."""
+SESSION_CLEANUP = "tooltrail.session.cleanup"
+"""Activity: remove a session's scratch directory."""
+
+EventKind = Literal[
+    "turn_started",
+    "tool_call_received",
+    "tool_pre",
+    "tool_post",
+    "hook_decision",
+    "loop_detected",
+    "breaker_refused",
+    "recovery_decision",
+    "turn_cancelled",
+    "turn_end",
+]
+TurnStatus = Literal["running", "completed", "failed", "cancelled"]
+
+
+class AuditEvent(BaseModel):
+    """One event of a turn, as recorded in the audit trail (unique per turn and ``seq``)."""
+
+    seq: int
+    """Position in the turn's event stream, from 0; deterministic for a given history."""
+    kind: EventKind | str
+    """What happened (``tool_pre``, ``tool_post``, ...)."""
+    tool_call_id: str | None = None
+    """The model-issued call id, for call events."""
+    tool_name: str | None = None
+    """The requested tool name, for call events."""
+    attempt: int | None = None
+    """The 0-based attempt index, for attempt events."""
+    payload: dict[str, Any] = Field(default_factory=dict)
+    """Everything about the event, with full, untruncated input and output."""
+    created_at: datetime
+    """Workflow time at which the event was produced."""
+
+
+class MemoryEntry(BaseModel):
+    """One memory note of a session."""
+
+    kind: Literal["trajectory"] | str = "trajectory"
+    """The category; ``trajectory`` for successful calls."""
+    content: str
+    """The note."""
+    tool_call_id: str | None = None
+    """The call it came from."""
+    created_at: datetime
+    """Workflow time of the call's completion."""
+    seq: int = 0
+    """The ``seq`` of the call's ``tool_post`` event (the idempotency key with the turn)."""
+    turn_id: str = ""
+    """The turn it came from."""
+    session_id: str = ""
+    """The session it belongs to."""
+
+
+class TurnRecord(BaseModel):
+    """The ``turn`` row of a turn."""
+
+    turn_id: str
+    session_id: str
+    status: TurnStatus = "running"
+    started_at: datetime
+    ended_at: datetime | None = None
+    call_count: int = 0
+    error: str | None = None
+    error_type: str | None = None
+
+
+class Flush(BaseModel):
+    """Audit records produced by the workflow since the last successful write."""
+
+    turn: TurnRecord
+    events: list[AuditEvent] = Field(default_factory=list)
+    memory: list[MemoryEntry] = Field(default_factory=list)
+
+
+class ToolMeta(BaseModel):
+    """What the workflow needs to know of a tool's declaration (taken from the host)."""
+
+    timeout_s: float | None = None
+    retry_on_interrupt: bool = True
+
+
+class TurnInput(BaseModel):
+    """Input of ``TurnWorkflow``."""
+
+    session_id: str
+    calls: list[ToolCall]
+    advertised: list[str]
+    """The tool names advertised to the model for this turn."""
+    config: RunConfig = Field(default_factory=RunConfig)
+    tools: dict[str, ToolMeta] = Field(default_factory=dict)
+
+
+class TurnOutput(BaseModel):
+    """Output of ``TurnWorkflow``: one result per call, in the model's order."""
+
+    turn_id: str
+    results: list[ToolDispatchResult]
+
+
+class ExecuteAttempt(BaseModel):
+    """Input of the ``tooltrail.tool.execute`` activity."""
+
+    turn_id: str
+    session_id: str
+    tool_call_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    attempt: int
+    flush: Flush | None = None
+
+
+class AttemptOutcome(BaseModel):
+    """Output of ``tooltrail.tool.execute``: the attempt's result, never a raised tool error."""
+
+    output: str | list[Part]
+    is_error: bool
+    duration_ms: float
+    resolved_tool_name: str
+    display_hint: str | None = None
+    flushed: bool = True
+    """False when the audit database could not be written; the workflow sends the records again."""
+
+
+class RecordTurn(BaseModel):
+    """Input of ``tooltrail.audit.record``."""
+
+    flush: Flush
+
+
+class CloseSessionInput(BaseModel):
+    """Input of ``CloseSessionWorkflow`` and ``tooltrail.session.cleanup``."""
+
+    session_id: str

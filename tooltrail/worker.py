@@ -1,0 +1,113 @@
+"""``build_worker``: the one worker used by the CLI, the embedded stack and the tests."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities import AuditActivities, SessionActivities, ToolActivities
+from tooltrail.db.migrate import check_schema
+from tooltrail.db.store import AuditStore
+from tooltrail.host import Host
+from tooltrail.scratch import ScratchDirs
+from tooltrail.settings import Settings
+from tooltrail.tools import Tool, ToolRegistry
+from workflows import CloseSessionWorkflow, TurnWorkflow
+
+__all__ = ["build_worker", "connect_client", "sandbox_runner", "worker"]
+
+# Pure modules handed to the sandbox as they are, instead of being re-imported per workflow
+# run: pydantic is expensive to import and tooltrail's pure modules hold no state.
+_PASSTHROUGH = ("pydantic", "pydantic_core", "annotated_types", "typing_extensions", "tooltrail")
+
+
+def sandbox_runner() -> SandboxedWorkflowRunner:
+    """Return the workflow runner with tooltrail's sandbox passthrough."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*_PASSTHROUGH)
+    )
+
+
+def build_worker(
+    client: Client,
+    host: Host,
+    *,
+    task_queue: str,
+    store: AuditStore,
+    scratch: ScratchDirs | None = None,
+    **worker_options: Any,
+) -> Worker:
+    """Build the worker of a tooltrail deployment; freezes the host's registry.
+
+    Args:
+        client: a Temporal client using the pydantic data converter.
+        host: the host wiring.
+        task_queue: the task queue of the turn workflows.
+        store: the audit database.
+        scratch: session scratch directories (default: from the host).
+        **worker_options: passed to ``temporalio.worker.Worker``.
+    """
+    host.registry.freeze()
+    scratch = scratch or ScratchDirs(host.scratch_base, enabled=host.managed_scratch)
+    tools = ToolActivities(host.registry, store, scratch)
+    audit = AuditActivities(store)
+    sessions = SessionActivities(scratch)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[TurnWorkflow, CloseSessionWorkflow],
+        activities=[tools.execute, audit.record, sessions.cleanup],
+        workflow_runner=sandbox_runner(),
+        **worker_options,
+    )
+
+
+async def connect_client(
+    address: str, *, namespace: str = "default", **kwargs: Any
+) -> Client:
+    """Connect a Temporal client with the pydantic data converter."""
+    return await Client.connect(
+        address, namespace=namespace, data_converter=pydantic_data_converter, **kwargs
+    )
+
+
+@contextlib.asynccontextmanager
+async def worker(
+    host: Host | ToolRegistry | list[Tool],
+    *,
+    temporal_address: str | None = None,
+    namespace: str | None = None,
+    task_queue: str | None = None,
+    database_url: str | None = None,
+) -> AsyncIterator[Worker]:
+    """Run a tooltrail worker against an existing Temporal cluster while the block runs.
+
+    Options default to the settings (``TOOLTRAIL_*`` environment variables). The database must
+    be migrated (``tooltrail db upgrade``).
+
+    Raises:
+        DatabaseSchemaError: the database is not at the migrations' head.
+    """
+    settings = Settings()
+    wired = Host.coerce(host)
+    url = database_url or wired.database_url or settings.effective_database_url()
+    await check_schema(url)
+    client = await connect_client(
+        temporal_address or settings.temporal_address,
+        namespace=namespace or settings.namespace,
+    )
+    store = AuditStore(url)
+    try:
+        running = build_worker(
+            client, wired, task_queue=task_queue or settings.task_queue, store=store
+        )
+        async with running:
+            yield running
+    finally:
+        await store.close()

@@ -1,0 +1,6 @@
+"""Workflows: deterministic code only; checked by replay tests over ``tests/histories/``."""
+
+from workflows.session import CloseSessionWorkflow
+from workflows.turn import TurnWorkflow
+
+__all__ = ["CloseSessionWorkflow", "TurnWorkflow"]

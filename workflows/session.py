@@ -1,0 +1,29 @@
+"""``CloseSessionWorkflow``: end a session on the worker side (scratch directory removal)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+from tooltrail.wire import SESSION_CLEANUP, CloseSessionInput
+
+__all__ = ["CloseSessionWorkflow"]
+
+
+@workflow.defn(name="CloseSessionWorkflow")
+class CloseSessionWorkflow:
+    """Removes a session's scratch directory; best-effort, so it never fails the caller."""
+
+    @workflow.run
+    async def run(self, inp: CloseSessionInput) -> bool:
+        """Run the cleanup activity; return whether a directory was removed."""
+        removed: bool = await workflow.execute_activity(
+            SESSION_CLEANUP,
+            inp,
+            result_type=bool,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(maximum_attempts=3),
+        )
+        return removed

@@ -1,0 +1,321 @@
+"""``TurnWorkflow``: one model turn's tool calls through the dispatch pipeline.
+
+Deterministic code only: control (ordering, attempt counting, the event stream) lives here;
+every tool body, database write and piece of user code runs in an activity. The event stream
+is numbered here (``seq``) so the audit trail's order is fixed by the history, and the records
+ride along with the next activity instead of costing a round trip each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+from tooltrail.results import ToolCall, ToolDispatchResult
+from tooltrail.text import canonical_json, invalid_arguments, not_available, render_text
+from tooltrail.text import stable_hash, trajectory
+from tooltrail.wire import (
+    AUDIT_RECORD,
+    TOOL_EXECUTE,
+    AttemptOutcome,
+    AuditEvent,
+    ExecuteAttempt,
+    Flush,
+    MemoryEntry,
+    RecordTurn,
+    TurnInput,
+    TurnOutput,
+    TurnRecord,
+    TurnStatus,
+)
+
+__all__ = ["TurnWorkflow"]
+
+# Audit writes must not be lost: retry them long, with a ceiling so a permanently broken
+# database ends in a visible workflow failure rather than a silent spin.
+_RECORD_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=40,
+)
+# Margin on top of a tool's own timeout, so the tool's soft timeout text wins over Temporal's.
+_TIMEOUT_MARGIN = timedelta(seconds=30)
+
+
+def _parse_arguments(arguments: dict[str, Any] | str) -> dict[str, Any] | str:
+    """Return the arguments as a dict, or the soft error text when raw JSON is unusable."""
+    if isinstance(arguments, dict):
+        return arguments
+    if not arguments.strip():
+        return {}
+    try:
+        parsed = json.loads(arguments)
+    except json.JSONDecodeError as exc:
+        return invalid_arguments(f"not valid JSON ({exc.msg} at position {exc.pos})")
+    if not isinstance(parsed, dict):
+        return invalid_arguments(f"expected a JSON object, got {type(parsed).__name__}")
+    return parsed
+
+
+def _pre_answered(call: ToolCall, text: str) -> ToolDispatchResult:
+    return ToolDispatchResult(
+        tool_call_id=call.id,
+        output=text,
+        is_error=True,
+        duration_ms=0.0,
+        resolved_tool_name=call.name,
+    )
+
+
+@workflow.defn(name="TurnWorkflow")
+class TurnWorkflow:
+    """Runs one turn's tool calls and returns one result per call, in the model's order."""
+
+    @workflow.init
+    def __init__(self, inp: TurnInput) -> None:
+        """Set up the event stream for this execution."""
+        self._input = inp
+        self._turn = TurnRecord(
+            turn_id=workflow.info().workflow_id,
+            session_id=inp.session_id,
+            started_at=workflow.now(),
+            call_count=len(inp.calls),
+        )
+        self._next_seq = 0
+        self._events: list[AuditEvent] = []
+        self._memory: list[MemoryEntry] = []
+        self._finished: list[str] = []
+
+    # -- the event stream ------------------------------------------------------------------
+
+    def _emit(
+        self,
+        kind: str,
+        payload: dict[str, Any],
+        *,
+        call_id: str | None = None,
+        tool: str | None = None,
+        attempt: int | None = None,
+    ) -> AuditEvent:
+        event = AuditEvent(
+            seq=self._next_seq,
+            kind=kind,
+            tool_call_id=call_id,
+            tool_name=tool,
+            attempt=attempt,
+            payload=payload,
+            created_at=workflow.now(),
+        )
+        self._next_seq += 1
+        self._events.append(event)
+        return event
+
+    def _flush(self) -> Flush:
+        return Flush(turn=self._turn, events=list(self._events), memory=list(self._memory))
+
+    def _flushed(self, flush: Flush) -> None:
+        written = {event.seq for event in flush.events}
+        self._events = [event for event in self._events if event.seq not in written]
+        kept = {entry.seq for entry in flush.memory}
+        self._memory = [entry for entry in self._memory if entry.seq not in kept]
+
+    async def _record(self, status: TurnStatus, error: BaseException | None = None) -> None:
+        self._turn = self._turn.model_copy(
+            update={
+                "status": status,
+                "ended_at": workflow.now(),
+                "error": None if error is None else str(error),
+                "error_type": None if error is None else type(error).__name__,
+            }
+        )
+        flush = self._flush()
+        await workflow.execute_activity(
+            AUDIT_RECORD,
+            RecordTurn(flush=flush),
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=_RECORD_RETRY,
+        )
+        self._flushed(flush)
+
+    # -- the turn ----------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, inp: TurnInput) -> TurnOutput:
+        """Dispatch every call; soft errors are results, hard errors fail the workflow."""
+        started = workflow.now()
+        self._emit(
+            "turn_started",
+            {
+                "session_id": inp.session_id,
+                "calls": len(inp.calls),
+                "advertised": inp.advertised,
+                "config": inp.config.model_dump(mode="json"),
+            },
+        )
+        # on_tool_call_received fires for every call, unknown ones included, before dispatch.
+        for call in inp.calls:
+            self._emit(
+                "tool_call_received",
+                {"turn": self._turn.turn_id, "tool": call.name, "call_id": call.id,
+                 "input": call.arguments},
+                call_id=call.id,
+                tool=call.name,
+            )
+        advertised = set(inp.advertised)
+        results: list[ToolDispatchResult] = []
+        try:
+            for call in inp.calls:
+                if call.name not in advertised:
+                    # Never advertised: answered before dispatch, no events, no activity.
+                    results.append(_pre_answered(call, not_available(call.name)))
+                    continue
+                arguments = _parse_arguments(call.arguments)
+                if isinstance(arguments, str):
+                    results.append(_pre_answered(call, arguments))
+                    continue
+                results.append(await self._dispatch(call, arguments))
+                self._finished.append(call.id)
+        except asyncio.CancelledError as cancelled:
+            self._emit(
+                "turn_cancelled",
+                {"finished_calls": list(self._finished), "pending_calls": [
+                    call.id for call in inp.calls[len(results):]]},
+            )
+            self._turn_end(started, results, success=False, error="cancelled")
+            await self._record("cancelled", cancelled)
+            raise
+        self._turn_end(started, results, success=True)
+        await self._record("completed")
+        return TurnOutput(turn_id=self._turn.turn_id, results=results)
+
+    def _turn_end(
+        self,
+        started: Any,
+        results: list[ToolDispatchResult],
+        *,
+        success: bool,
+        error: str | None = None,
+    ) -> None:
+        self._emit(
+            "turn_end",
+            {
+                "phase": "tools",
+                "success": success,
+                "error": error,
+                "duration_ms": (workflow.now() - started).total_seconds() * 1000.0,
+                "results": [result.model_dump(mode="json") for result in results],
+            },
+        )
+
+    async def _dispatch(self, call: ToolCall, arguments: dict[str, Any]) -> ToolDispatchResult:
+        """Run the per-attempt pipeline (spec §2.1) for one call."""
+        attempt = 0
+        tool_name = call.name
+        # 1 PRE
+        self._emit(
+            "tool_pre",
+            {"turn": self._turn.turn_id, "tool": tool_name, "tool_call_id": call.id},
+            call_id=call.id,
+            tool=tool_name,
+            attempt=attempt,
+        )
+        # 2 HOOKS, 3 DETECT and 4 GATE join here as their components land.
+        # 5 EXECUTE
+        outcome = await self._execute(call, tool_name, arguments, attempt)
+        # The model-issued id is stamped here, whatever the layers below returned.
+        result = ToolDispatchResult(
+            tool_call_id=call.id,
+            output=outcome.output,
+            is_error=outcome.is_error,
+            duration_ms=outcome.duration_ms,
+            resolved_tool_name=outcome.resolved_tool_name or tool_name,
+            display_hint=outcome.display_hint,
+        )
+        # 6 POST: b. on_tool_post (6a detection, 6c hooks and 6d health join here)
+        text = render_text(result.output)
+        post = self._emit(
+            "tool_post",
+            {
+                "turn": self._turn.turn_id,
+                "tool_call_id": call.id,
+                "tool": tool_name,
+                "result_hash": stable_hash(text),
+                "is_error": result.is_error,
+                "duration": result.duration_ms,
+                "display_hint": result.display_hint,
+                "resolved_tool_name": result.resolved_tool_name,
+                "input": arguments,
+                "output": result.model_dump(mode="json")["output"],
+            },
+            call_id=call.id,
+            tool=tool_name,
+            attempt=attempt,
+        )
+        # 6e memory: successful results only.
+        if not result.is_error:
+            self._memory.append(
+                MemoryEntry(
+                    kind="trajectory",
+                    content=trajectory(tool_name, canonical_json(arguments), text),
+                    tool_call_id=call.id,
+                    created_at=post.created_at,
+                    seq=post.seq,
+                    turn_id=self._turn.turn_id,
+                    session_id=self._turn.session_id,
+                )
+            )
+        # 7 success returns; 8 RECOVER joins here.
+        return result
+
+    async def _execute(
+        self, call: ToolCall, tool_name: str, arguments: dict[str, Any], attempt: int
+    ) -> AttemptOutcome:
+        """Run one attempt as an activity; infrastructure failures become soft results."""
+        config = self._input.config
+        meta = self._input.tools.get(tool_name)
+        if meta is not None and meta.timeout_s is not None:
+            timeout = timedelta(seconds=meta.timeout_s) + _TIMEOUT_MARGIN
+        else:
+            timeout = timedelta(seconds=config.tool_timeout_s)
+        flush = self._flush()
+        try:
+            outcome = await workflow.execute_activity(
+                TOOL_EXECUTE,
+                ExecuteAttempt(
+                    turn_id=self._turn.turn_id,
+                    session_id=self._turn.session_id,
+                    tool_call_id=call.id,
+                    tool_name=tool_name,
+                    arguments=arguments,
+                    attempt=attempt,
+                    flush=flush,
+                ),
+                result_type=AttemptOutcome,
+                start_to_close_timeout=timeout,
+                heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_s),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(milliseconds=500),
+                    maximum_interval=timedelta(seconds=10),
+                    maximum_attempts=config.infrastructure_retries,
+                ),
+            )
+        except ActivityError as failure:
+            # Temporal's infrastructure retries are spent (spec §14): a soft failed attempt.
+            cause = failure.cause or failure
+            return AttemptOutcome(
+                output=str(cause),
+                is_error=True,
+                duration_ms=0.0,
+                resolved_tool_name=tool_name,
+                flushed=False,
+            )
+        if outcome.flushed:
+            self._flushed(flush)
+        return outcome
