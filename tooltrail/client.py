@@ -217,17 +217,27 @@ async def local(
     ui: bool = False,
     ui_port: int | None = None,
     port: int | None = None,
+    server_db_filename: str | None = None,
 ) -> AsyncIterator[Tooltrail]:
     """Run everything in-process: the embedded Temporal dev server, a worker and the database.
 
     The database (the host's, ``database_url``, or the embedded SQLite file) is migrated on
     start. On exit the worker drains, session scratch directories are removed and the server
     stops.
+
+    Args:
+        host: the host wiring (or a registry, or a list of tools).
+        database_url: the audit database (default: the host's, else the embedded SQLite file).
+        task_queue: the task queue of the embedded worker.
+        ui: whether to start the Temporal UI.
+        ui_port: the UI's port (default: any free port).
+        port: the Temporal frontend's port (default: any free port).
+        server_db_filename: keep the server's state in this SQLite file (default: memory).
     """
     wired = Host.coerce(host)
     url = database_url or wired.database_url or Settings().effective_database_url()
     await upgrade(url)
-    env = await start_dev_server(port=port, ui=ui, ui_port=ui_port)
+    env = await start_dev_server(port=port, ui=ui, ui_port=ui_port, db_filename=server_db_filename)
     store = AuditStore(url)
     scratch = ScratchDirs(wired.scratch_base, enabled=wired.managed_scratch)
     tt = Tooltrail(env.client, wired, task_queue=task_queue, store=store)

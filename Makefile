@@ -1,0 +1,42 @@
+# Each target sets itself up: a virtual environment in .venv with the project and its
+# dev tools. Nothing is downloaded at run time beyond the PyPI install.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test check lint typecheck pytest dev bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	touch $(STAMP)
+
+## Run the demo: embedded Temporal server + worker + SQLite, one scripted agent turn.
+demo: $(STAMP)
+	$(BIN)/tooltrail demo
+
+## Run everything CI runs: lint, types, then the whole test suite.
+test: check pytest
+
+check: lint typecheck
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest
+
+## Embedded server (port 7233, UI 8233) and a worker with the demo tools, until Ctrl-C.
+dev: $(STAMP)
+	$(BIN)/tooltrail dev
+
+bench: $(STAMP)
+	$(BIN)/python bench/overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,384 @@
+"""The ``tooltrail`` command line: demo, dev, worker, audit, db.
+
+Every command has ``--help``; the reading commands take ``--json`` for machines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import os
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from tooltrail.errors import ConfigurationError, TooltrailError
+from tooltrail.host import Host
+from tooltrail.render import print_json, results_table, timeline_table, turns_table
+from tooltrail.settings import Settings
+from tooltrail.tools import Tool, ToolRegistry
+
+__all__ = ["app", "load_host", "main"]
+
+app = typer.Typer(
+    help="tooltrail: durable, auditable tool calls for LLM agents.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+audit_app = typer.Typer(help="Read the audit trail.", no_args_is_help=True)
+db_app = typer.Typer(help="Manage the audit database.", no_args_is_help=True)
+app.add_typer(audit_app, name="audit")
+app.add_typer(db_app, name="db")
+
+console = Console()
+errors = Console(stderr=True)
+T = TypeVar("T")
+
+DatabaseOption = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        envvar="TOOLTRAIL_DATABASE_URL",
+        help="Audit database URL (default: the embedded SQLite file).",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+ToolsOption = Annotated[
+    str,
+    typer.Option(
+        "--tools",
+        envvar="TOOLTRAIL_TOOLS",
+        help="MODULE:ATTR naming a Host, a ToolRegistry or a list of tools.",
+    ),
+]
+
+
+def load_host(spec: str) -> Host:
+    """Import ``MODULE:ATTR`` and return it as a ``Host``.
+
+    Raises:
+        ConfigurationError: the path cannot be imported or names something else.
+    """
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigurationError(f"--tools {spec!r} must look like MODULE:ATTR")
+    # Tools modules usually live in the directory the command runs from.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r} for --tools: {exc}") from exc
+    try:
+        value = getattr(module, attr)
+    except AttributeError as exc:
+        raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r}") from exc
+    if isinstance(value, Host):
+        return value
+    if isinstance(value, ToolRegistry):
+        return Host(value)
+    if isinstance(value, Tool):
+        return Host([value])
+    if isinstance(value, list | tuple) and all(isinstance(item, Tool) for item in value):
+        return Host(value)
+    raise ConfigurationError(
+        f"{spec!r} is a {type(value).__name__}; expected a Host, a ToolRegistry or a list of tools"
+    )
+
+
+def _run(coro: Awaitable[T]) -> T:
+    try:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+    except TooltrailError as exc:
+        errors.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from exc
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def _until_stopped() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def _database_url(option: str | None) -> str:
+    return option or Settings().effective_database_url()
+
+
+@app.command()
+def demo(
+    database_url: DatabaseOption = None,
+    keep_open: Annotated[
+        bool, typer.Option("--keep-open", help="Keep the server and UI up until Ctrl-C.")
+    ] = False,
+    json_output: JsonOption = False,
+) -> None:
+    """Run a scripted agent turn on the embedded Temporal server and show its audit trail."""
+    import tooltrail
+    from tooltrail.demo import SCRIPTED_TURN, host
+
+    url = _database_url(database_url)
+
+    async def go() -> None:
+        ui_port = _free_port()
+        if not json_output:
+            console.print("[bold]Starting the embedded Temporal dev server and a worker...[/]")
+        async with tooltrail.local(host, database_url=url, ui=True, ui_port=ui_port) as tt:
+            turn = await tt.run_turn(SCRIPTED_TURN, session_id="demo-session")
+            events = await tt.audit(turn.turn_id)
+            if json_output:
+                print_json(
+                    console,
+                    {
+                        "turn_id": turn.turn_id,
+                        "results": [r.model_dump(mode="json") for r in turn.results],
+                        "audit": [e.model_dump(mode="json") for e in events],
+                    },
+                )
+                return
+            console.print(f"\nTurn [bold]{turn.turn_id}[/] ran {len(turn.results)} calls.\n")
+            console.print(results_table(turn.results))
+            console.print()
+            console.print(timeline_table(events))
+            console.print(
+                f"\nAudit database: {url}\n"
+                f"Temporal UI: http://127.0.0.1:{ui_port}/namespaces/default/workflows/"
+                f"{turn.turn_id}\n"
+                f"Show this turn again: tooltrail audit show {turn.turn_id} --database-url {url}",
+                soft_wrap=True,
+            )
+            if keep_open:
+                console.print("The server and UI stay up; press Ctrl-C to stop.")
+                await _until_stopped()
+            else:
+                console.print("(the embedded server stops now; add --keep-open to browse the UI)")
+
+    _run(go())
+
+
+@app.command()
+def dev(
+    tools: ToolsOption = "tooltrail.demo:host",
+    port: Annotated[int, typer.Option(help="Temporal frontend port.")] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Temporal UI port.")] = 8233,
+    task_queue: Annotated[str, typer.Option(envvar="TOOLTRAIL_TASK_QUEUE")] = "tooltrail",
+    database_url: DatabaseOption = None,
+    persist: Annotated[
+        bool, typer.Option(help="Keep the Temporal server's state in the data directory.")
+    ] = True,
+) -> None:
+    """Run the embedded Temporal server, its UI and a worker for local development."""
+    import tooltrail
+
+    host = load_host(tools)
+    settings = Settings()
+    url = database_url or settings.effective_database_url()
+    server_db = None
+    if persist:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        server_db = str(settings.data_dir / "temporal.db")
+
+    async def go() -> None:
+        async with tooltrail.local(
+            host,
+            database_url=url,
+            task_queue=task_queue,
+            ui=True,
+            port=port,
+            ui_port=ui_port,
+            server_db_filename=server_db,
+        ):
+            console.print(
+                f"Temporal: 127.0.0.1:{port}   UI: http://127.0.0.1:{ui_port}\n"
+                f"Task queue: {task_queue}   Tools: {', '.join(host.registry.names())}\n"
+                f"Audit database: {url}\nPress Ctrl-C to stop."
+            )
+            await _until_stopped()
+
+    _run(go())
+
+
+@app.command()
+def worker(
+    tools: ToolsOption,
+    temporal_address: Annotated[
+        str | None, typer.Option(envvar="TOOLTRAIL_TEMPORAL_ADDRESS", help="HOST:PORT")
+    ] = None,
+    namespace: Annotated[str | None, typer.Option(envvar="TOOLTRAIL_NAMESPACE")] = None,
+    task_queue: Annotated[str | None, typer.Option(envvar="TOOLTRAIL_TASK_QUEUE")] = None,
+    database_url: DatabaseOption = None,
+) -> None:
+    """Run a worker against an existing Temporal cluster (until SIGINT or SIGTERM)."""
+    import tooltrail
+
+    host = load_host(tools)
+
+    async def go() -> None:
+        async with tooltrail.worker(
+            host,
+            temporal_address=temporal_address,
+            namespace=namespace,
+            task_queue=task_queue,
+            database_url=database_url,
+        ):
+            settings = Settings()
+            errors.print(
+                f"worker up: {temporal_address or settings.temporal_address}, "
+                f"task queue {task_queue or settings.task_queue}, "
+                f"tools {', '.join(host.registry.names())}"
+            )
+            await _until_stopped()
+
+    _run(go())
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{value!r} is not an ISO date or time") from exc
+    return parsed if parsed.tzinfo else parsed.astimezone()
+
+
+async def _with_store(url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
+    from tooltrail.db.migrate import check_schema
+    from tooltrail.db.store import AuditStore
+
+    await check_schema(url)
+    store = AuditStore(url)
+    try:
+        return await fn(store)
+    finally:
+        await store.close()
+
+
+@audit_app.command("list")
+def audit_list(
+    session: Annotated[str | None, typer.Option(help="Only this session.")] = None,
+    status: Annotated[
+        str | None, typer.Option(help="completed, failed, cancelled or running.")
+    ] = None,
+    tool: Annotated[str | None, typer.Option(help="Only turns that called this tool.")] = None,
+    since: Annotated[str | None, typer.Option(help="Started at or after (ISO time).")] = None,
+    until: Annotated[str | None, typer.Option(help="Started before (ISO time).")] = None,
+    errors_only: Annotated[
+        bool, typer.Option("--errors", help="Only turns with soft or hard errors.")
+    ] = False,
+    limit: Annotated[int, typer.Option(help="At most this many turns.")] = 50,
+    database_url: DatabaseOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """List recent turns, newest first."""
+    filters = {
+        "session_id": session,
+        "status": status,
+        "tool": tool,
+        "since": _parse_time(since),
+        "until": _parse_time(until),
+        "errors_only": errors_only,
+        "limit": limit,
+    }
+    turns = _run(_with_store(_database_url(database_url), lambda store: store.turns(**filters)))
+    if json_output:
+        print_json(console, [turn.model_dump(mode="json") for turn in turns])
+    elif not turns:
+        console.print("no turns match")
+    else:
+        console.print(turns_table(turns))
+
+
+@audit_app.command("show")
+def audit_show(
+    turn_id: Annotated[str, typer.Argument(help="The turn id.")],
+    full: Annotated[bool, typer.Option("--full", help="Show complete inputs and outputs.")] = False,
+    database_url: DatabaseOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Show one turn's audit trail as a timeline."""
+
+    async def read(store: Any) -> tuple[Any, list[Any]]:
+        return await store.turn(turn_id), await store.events(turn_id)
+
+    turn, events = _run(_with_store(_database_url(database_url), read))
+    if turn is None and not events:
+        errors.print(f"[red]error:[/red] no turn {turn_id!r} in the audit database")
+        raise typer.Exit(1)
+    if json_output:
+        print_json(
+            console,
+            {
+                "turn": None if turn is None else turn.model_dump(mode="json"),
+                "events": [event.model_dump(mode="json") for event in events],
+            },
+        )
+        return
+    if turn is not None:
+        console.print(
+            f"turn [bold]{turn.turn_id}[/]  session {turn.session_id}  status {turn.status}"
+            + (f"  error: {turn.error}" if turn.error else "")
+        )
+    console.print(timeline_table(events, full=full))
+    end = next((e for e in reversed(events) if e.kind == "turn_end"), None)
+    if end is not None and end.payload.get("results"):
+        from tooltrail.results import ToolDispatchResult
+
+        results = [ToolDispatchResult.model_validate(r) for r in end.payload["results"]]
+        console.print(results_table(results, title="Results returned to the model"))
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    database_url: DatabaseOption = None,
+    revision: Annotated[str, typer.Option(help="Target revision.")] = "head",
+) -> None:
+    """Apply the migrations to the audit database."""
+    from tooltrail.db.migrate import current_revision, upgrade
+
+    url = _database_url(database_url)
+    _run(upgrade(url, revision))
+    console.print(f"database at revision {_run(current_revision(url))}")
+
+
+@db_app.command("current")
+def db_current(database_url: DatabaseOption = None) -> None:
+    """Print the audit database's revision and the code's head."""
+    from tooltrail.db.migrate import current_revision, head_revision
+
+    current = _run(current_revision(_database_url(database_url)))
+    console.print(f"current: {current}\nhead:    {head_revision()}")
+
+
+def main() -> None:
+    """Entry point of the ``tooltrail`` command."""
+    code = 0
+    try:
+        app()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    # The Temporal SDK's runtime threads can crash interpreter finalisation after all work
+    # succeeded (exit 134/139); the command's own verdict is what counts.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
