@@ -46,8 +46,11 @@ def interrupted_text(name: str) -> str:
 
 @contextlib.asynccontextmanager
 async def heartbeating(*details: object) -> AsyncIterator[None]:
-    """Heartbeat in the background while the block runs, so cancellation and lost workers
-    are noticed; the first heartbeat (with ``details``) goes out at once."""
+    """Heartbeat in the background while the block runs.
+
+    Heartbeats are how Temporal notices a lost worker and delivers cancellation; the first
+    one (with ``details``) goes out at once.
+    """
     activity.heartbeat(*details)
     timeout = activity.info().heartbeat_timeout
     interval = max(0.1, timeout.total_seconds() / 3) if timeout else 10.0
@@ -105,8 +108,10 @@ class ToolActivities:
                 flushed=flushed,
             )
         info = activity.info()
-        if info.attempt > 1 and not tool.retry_on_interrupt and BODY_STARTED in (
-            info.heartbeat_details or ()
+        if (
+            info.attempt > 1
+            and not tool.retry_on_interrupt
+            and BODY_STARTED in (info.heartbeat_details or ())
         ):
             return AttemptOutcome(
                 output=interrupted_text(tool.name),

@@ -130,9 +130,7 @@ StackFactory = Callable[..., contextlib.AbstractAsyncContextManager[Tooltrail]]
 
 
 @pytest.fixture
-def stack(
-    temporal_env: WorkflowEnvironment, sqlite_url: str, tmp_path: Path
-) -> StackFactory:
+def stack(temporal_env: WorkflowEnvironment, sqlite_url: str, tmp_path: Path) -> StackFactory:
     """Return ``stack(host, database_url=None, env=None)``: a worker on a fresh task queue
     and a client for it, on the shared dev server (or ``env``)."""
 
@@ -151,7 +149,11 @@ def stack(
         tt = Tooltrail(client, host, task_queue=task_queue, store=store)
         try:
             async with build_worker(
-                client, host, task_queue=task_queue, store=store, scratch=scratch,
+                client,
+                host,
+                task_queue=task_queue,
+                store=store,
+                scratch=scratch,
                 **worker_options,
             ):
                 yield tt

@@ -75,7 +75,10 @@ async def test_normal_tool_works_and_pre_post_pair(stack: StackFactory) -> None:
         trail = await kinds(tt, turn.turn_id)
     result = turn.results[0]
     assert (result.is_error, result.output, result.tool_call_id, result.resolved_tool_name) == (
-        False, "ok", "call_1", "echo",
+        False,
+        "ok",
+        "call_1",
+        "echo",
     )
     assert result.duration_ms >= 0
     assert trail == [
@@ -135,7 +138,10 @@ async def test_never_advertised_tool_is_pre_answered_without_dispatch(
         events = await tt.audit(turn.turn_id)
     ghost = turn.results[0]
     assert (ghost.output, ghost.is_error, ghost.duration_ms, ghost.resolved_tool_name) == (
-        "tool 'ghost' is not available", True, 0.0, "ghost",
+        "tool 'ghost' is not available",
+        True,
+        0.0,
+        "ghost",
     )
     assert [r.tool_call_id for r in turn.results] == ["g", "e"]
     ghost_events = [e.kind for e in events if e.tool_call_id == "g"]
@@ -172,17 +178,20 @@ async def test_advertised_but_missing_at_dispatch(
 
     host = Host([make(name) for name in names])
     async with stack(host) as tt:
-        turn = await tt.run_turn(
-            [ToolCall("c", "x", {})], session_id="s", advertised=[*names, "x"]
-        )
+        turn = await tt.run_turn([ToolCall("c", "x", {})], session_id="s", advertised=[*names, "x"])
         events = await tt.audit(turn.turn_id)
     result = turn.results[0]
     assert (result.output, result.is_error, result.duration_ms, result.resolved_tool_name) == (
-        expected, True, 0.0, "x",
+        expected,
+        True,
+        0.0,
+        "x",
     )
     # A miss at the core is an ordinary result: PRE and POST fire.
     assert [e.kind for e in events if e.tool_call_id == "c"] == [
-        "tool_call_received", "tool_pre", "tool_post",
+        "tool_call_received",
+        "tool_pre",
+        "tool_post",
     ]
 
 
@@ -269,7 +278,9 @@ async def test_return_values_and_tool_output(stack: StackFactory) -> None:
     assert u.is_error and u.output.startswith("tool 'unserialisable' panicked: returned a value")
     post = next(e for e in events if e.kind == "tool_post" and e.tool_call_id == "multipart")
     assert post.payload["output"][1] == {
-        "kind": "image", "media_type": "image/png", "data_b64": "aGk=",
+        "kind": "image",
+        "media_type": "image/png",
+        "data_b64": "aGk=",
     }
 
 
@@ -292,7 +303,10 @@ async def test_context_and_scratch_directory(stack: StackFactory, tmp_path: Path
         assert ctx.temp_dir.parent == tmp_path / "scratch-base"
         assert seen["exists"] and seen["thread"], "sync tools run in a worker thread"
         assert (ctx.session_id, ctx.turn_id, ctx.tool_call_id, ctx.attempt) == (
-            "sess-1", turn.turn_id, "c9", 0,
+            "sess-1",
+            turn.turn_id,
+            "c9",
+            0,
         )
         assert ctx.idempotency_key is None and ctx.principal is None
         assert await tt.close_session("sess-1") is True
@@ -331,7 +345,10 @@ async def test_received_events_first_and_results_in_model_order(stack: StackFact
     received = [e for e in events if e.kind == "tool_call_received"]
     assert [e.tool_call_id for e in received] == ["c1", "c2", "c3", "c4"]
     assert [e.payload["input"] for e in received] == [
-        {"text": "1"}, {}, {}, '{"text": "4"}',
+        {"text": "1"},
+        {},
+        {},
+        '{"text": "4"}',
     ]
     first_pre = next(i for i, e in enumerate(events) if e.kind == "tool_pre")
     assert all(e.seq < events[first_pre].seq for e in received)
@@ -374,9 +391,7 @@ async def test_turn_ids_are_never_reused(stack: StackFactory) -> None:
     async with stack(Host([echo])) as tt:
         await tt.run_turn([ToolCall("c", "echo", {"text": "x"})], session_id="s", turn_id="t-1")
         with pytest.raises(ConfigurationError, match="'t-1' was already used"):
-            await tt.run_turn(
-                [ToolCall("c", "echo", {"text": "x"})], session_id="s", turn_id="t-1"
-            )
+            await tt.run_turn([ToolCall("c", "echo", {"text": "x"})], session_id="s", turn_id="t-1")
 
 
 async def test_audit_trail_on_both_databases(stack: StackFactory, db_url: str) -> None:
@@ -390,8 +405,14 @@ async def test_audit_trail_on_both_databases(stack: StackFactory, db_url: str) -
         listed = await tt.turns(session_id="db-s")
         errors = await tt.turns(session_id="db-s", errors_only=True)
     assert [e.kind for e in events] == [
-        "turn_started", "tool_call_received", "tool_call_received",
-        "tool_pre", "tool_post", "tool_pre", "tool_post", "turn_end",
+        "turn_started",
+        "tool_call_received",
+        "tool_call_received",
+        "tool_pre",
+        "tool_post",
+        "tool_pre",
+        "tool_post",
+        "turn_end",
     ]
     assert events[4].payload["output"] == "x" * 5000
     assert events[6].payload["is_error"] is True

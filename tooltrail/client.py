@@ -191,8 +191,11 @@ class Tooltrail:
         return await self.store.memory(session_id)
 
     async def turns(self, **filters: Any) -> list[TurnSummary]:
-        """Return recent turns; filters: ``session_id``, ``status``, ``tool``, ``since``,
-        ``until``, ``errors_only``, ``limit``."""
+        """Return recent turns, newest first.
+
+        Filters: ``session_id``, ``status``, ``tool``, ``since``, ``until``, ``errors_only``,
+        ``limit``.
+        """
         return await self.store.turns(**filters)
 
     async def close_session(self, session_id: str) -> bool:

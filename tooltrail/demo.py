@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import ast
 import operator
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -19,7 +20,7 @@ from tooltrail.tools import ToolContext, tool
 
 __all__ = ["SCRIPTED_TURN", "host"]
 
-_OPERATORS = {
+_OPERATORS: dict[type[ast.AST], Callable[..., Any]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -61,6 +62,7 @@ async def write_note(ctx: ToolContext, name: str, text: str) -> str:
     """Save a note in the session's scratch directory.
 
     Args:
+        ctx: the call's context (the session's scratch directory).
         name: the note's file name (letters, digits, '-' and '_').
         text: what to write.
     """
@@ -75,6 +77,7 @@ async def read_note(ctx: ToolContext, name: str) -> str:
     """Read a note saved earlier in this session.
 
     Args:
+        ctx: the call's context (the session's scratch directory).
         name: the note's name.
     """
     path = ctx.temp_dir / f"{name}.txt"

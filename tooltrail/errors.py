@@ -86,6 +86,7 @@ class ToolRecoveryExhausted(TurnError):
         Args:
             tool: the originally requested tool name.
             attempts: total executions of the call.
+            turn_id: the turn that failed.
         """
         super().__init__(
             f"tool {tool!r} recovery exhausted after {attempts} attempts", turn_id=turn_id

@@ -18,8 +18,14 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from tooltrail.results import ToolCall, ToolDispatchResult
-from tooltrail.text import canonical_json, invalid_arguments, not_available, render_text
-from tooltrail.text import stable_hash, trajectory
+from tooltrail.text import (
+    canonical_json,
+    invalid_arguments,
+    not_available,
+    render_text,
+    stable_hash,
+    trajectory,
+)
 from tooltrail.wire import (
     AUDIT_RECORD,
     TOOL_EXECUTE,
@@ -163,8 +169,12 @@ class TurnWorkflow:
         for call in inp.calls:
             self._emit(
                 "tool_call_received",
-                {"turn": self._turn.turn_id, "tool": call.name, "call_id": call.id,
-                 "input": call.arguments},
+                {
+                    "turn": self._turn.turn_id,
+                    "tool": call.name,
+                    "call_id": call.id,
+                    "input": call.arguments,
+                },
                 call_id=call.id,
                 tool=call.name,
             )
@@ -185,8 +195,10 @@ class TurnWorkflow:
         except asyncio.CancelledError as cancelled:
             self._emit(
                 "turn_cancelled",
-                {"finished_calls": list(self._finished), "pending_calls": [
-                    call.id for call in inp.calls[len(results):]]},
+                {
+                    "finished_calls": list(self._finished),
+                    "pending_calls": [call.id for call in inp.calls[len(results) :]],
+                },
             )
             self._turn_end(started, results, success=False, error="cancelled")
             await self._record("cancelled", cancelled)
@@ -286,7 +298,7 @@ class TurnWorkflow:
             timeout = timedelta(seconds=config.tool_timeout_s)
         flush = self._flush()
         try:
-            outcome = await workflow.execute_activity(
+            outcome: AttemptOutcome = await workflow.execute_activity(
                 TOOL_EXECUTE,
                 ExecuteAttempt(
                     turn_id=self._turn.turn_id,

@@ -35,7 +35,7 @@ log = logging.getLogger("tooltrail.db")
 
 
 def _insert(session: AsyncSession, table: Any) -> Any:
-    if session.bind.dialect.name == "postgresql":
+    if session.get_bind().dialect.name == "postgresql":
         return postgresql.insert(table)
     return sqlite.insert(table)
 
@@ -74,9 +74,7 @@ async def record_events(
     rows = [{"turn_id": turn_id, **event.model_dump(mode="json")} for event in events]
     for row, event in zip(rows, events, strict=True):
         row["created_at"] = event.created_at
-    stmt = _insert(session, AuditEventRow).on_conflict_do_nothing(
-        index_elements=["turn_id", "seq"]
-    )
+    stmt = _insert(session, AuditEventRow).on_conflict_do_nothing(index_elements=["turn_id", "seq"])
     await session.execute(stmt, rows)
 
 
@@ -144,13 +142,15 @@ async def list_turns(
             AuditEventRow.turn_id.label("turn_id"),
             func.count().label("event_count"),
             func.count()
-            .filter(AuditEventRow.kind == "tool_post", AuditEventRow.payload["is_error"].as_boolean())
+            .filter(
+                AuditEventRow.kind == "tool_post", AuditEventRow.payload["is_error"].as_boolean()
+            )
             .label("error_results"),
         )
         .group_by(AuditEventRow.turn_id)
         .subquery()
     )
-    query: Select[Any] = select(
+    query: Select[Any] = select(  # type: ignore[assignment]
         TurnRow,
         func.coalesce(events.c.event_count, 0),
         func.coalesce(events.c.error_results, 0),

@@ -1,0 +1,56 @@
+"""Tools for the crash tests: the first execution kills its own worker process (SIGKILL).
+
+Executions are counted in files under ``$TOOLTRAIL_CRASH_DIR`` so the count survives the
+process that dies.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from tooltrail import Host, tool
+
+
+def _record(name: str) -> int:
+    directory = Path(os.environ["TOOLTRAIL_CRASH_DIR"])
+    with (directory / f"{name}.runs").open("a") as runs:
+        runs.write("x")
+    return len((directory / f"{name}.runs").read_text())
+
+
+def _die_first_time(name: str) -> str:
+    if _record(name) == 1:
+        # Give the activity's first heartbeat (which says the body started) time to leave.
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return f"{name} survived"
+
+
+@tool
+def echo(text: str) -> str:
+    """Return the text."""
+    return text
+
+
+@tool
+def fragile() -> str:
+    """Kill the worker on the first run; succeed after."""
+    return _die_first_time("fragile")
+
+
+@tool(retry_on_interrupt=False)
+def fragile_once() -> str:
+    """Kill the worker on the first run; must not run a second time."""
+    return _die_first_time("fragile_once")
+
+
+def runs(name: str) -> int:
+    """How many times a tool body started."""
+    path = Path(os.environ["TOOLTRAIL_CRASH_DIR"]) / f"{name}.runs"
+    return len(path.read_text()) if path.exists() else 0
+
+
+host = Host([echo, fragile, fragile_once])

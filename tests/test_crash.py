@@ -1,0 +1,115 @@
+"""Real crashes: a worker process is SIGKILLed in the middle of a tool attempt.
+
+Temporal notices through the missed heartbeats and retries the *same* attempt on another
+worker. The audit trail must hold every event exactly once, the events of the attempt must
+not fire again, and a ``retry_on_interrupt=False`` tool must report the interruption instead
+of running a second time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.testing import WorkflowEnvironment
+
+from tests import crash_tools
+from tooltrail import RunConfig, ToolCall, Tooltrail
+from tooltrail.db.store import AuditStore
+from tooltrail.worker import build_worker
+
+pytestmark = pytest.mark.crash
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def start_worker_process(
+    address: str, task_queue: str, url: str
+) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(ROOT / "tests" / "crash_worker.py"),
+        address,
+        task_queue,
+        url,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
+    assert line.strip() == b"ready", line
+    return proc
+
+
+@pytest.mark.parametrize(
+    ("tool_name", "expected_output", "expected_runs"),
+    [
+        ("fragile", "fragile survived", 2),
+        (
+            "fragile_once",
+            "tool 'fragile_once' was interrupted before it reported a result; "
+            "it may or may not have taken effect",
+            1,
+        ),
+    ],
+)
+async def test_worker_killed_mid_attempt(
+    temporal_env: WorkflowEnvironment,
+    sqlite_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tool_name: str,
+    expected_output: str,
+    expected_runs: int,
+) -> None:
+    monkeypatch.setenv("TOOLTRAIL_CRASH_DIR", str(tmp_path))
+    address = temporal_env.client.service_client.config.target_host
+    task_queue = f"crash-{uuid.uuid4()}"
+    store = AuditStore(sqlite_url)
+    tt = Tooltrail(temporal_env.client, crash_tools.host, task_queue=task_queue, store=store)
+    try:
+        doomed = await start_worker_process(address, task_queue, sqlite_url)
+        handle = await tt.start_turn(
+            [
+                ToolCall("c1", "echo", {"text": "before"}),
+                ToolCall("c2", tool_name, {}),
+                ToolCall("c3", "echo", {"text": "after"}),
+            ],
+            session_id="crash",
+            config=RunConfig(heartbeat_timeout_s=2),
+        )
+        assert await asyncio.wait_for(doomed.wait(), timeout=60) == -9
+        # A second worker takes over once Temporal notices the lost heartbeat.
+        async with build_worker(
+            temporal_env.client, crash_tools.host, task_queue=task_queue, store=store
+        ):
+            turn = await asyncio.wait_for(handle.result(), timeout=60)
+        events = await tt.audit(turn.turn_id)
+        history = await handle.workflow_handle.fetch_history()
+    finally:
+        await store.close()
+
+    assert [r.output for r in turn.results] == ["before", expected_output, "after"]
+    assert turn.results[1].is_error is (tool_name == "fragile_once")
+    assert crash_tools.runs(tool_name) == expected_runs
+    # Exactly once: seq is contiguous, and the retried attempt fired no event again.
+    assert [e.seq for e in events] == list(range(len(events)))
+    per_call = Counter((e.kind, e.tool_call_id) for e in events)
+    assert all(count == 1 for count in per_call.values()), per_call
+    assert [e.kind for e in events if e.tool_call_id == "c2"] == [
+        "tool_call_received",
+        "tool_pre",
+        "tool_post",
+    ]
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+    assert 2 in attempts, "the killed attempt was retried by Temporal"
