@@ -66,6 +66,8 @@ class Host:
     def tool_meta(self) -> dict[str, ToolMeta]:
         """Return what the workflow needs to know of each tool."""
         return {
-            item.name: ToolMeta(timeout_s=item.timeout_s, retry_on_interrupt=item.retry_on_interrupt)
+            item.name: ToolMeta(
+                timeout_s=item.timeout_s, retry_on_interrupt=item.retry_on_interrupt
+            )
             for item in self.registry
         }

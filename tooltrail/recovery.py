@@ -48,6 +48,12 @@ class InputFix(BaseModel):
     modified_input: Any = None
     """The replacement input."""
 
+    def __init__(self, modified_input: Any = None, /, **data: Any) -> None:
+        """Create a correction: ``InputFix({"path": "/ok"})`` or with keywords."""
+        if modified_input is not None:
+            data["modified_input"] = modified_input
+        super().__init__(**data)
+
 
 class ToolChange(BaseModel):
     """Correction: retry with a different tool."""
@@ -55,6 +61,12 @@ class ToolChange(BaseModel):
     kind: Literal["tool_change"] = "tool_change"
     alternative_tool: str | None = None
     """The tool to call instead."""
+
+    def __init__(self, alternative_tool: str | None = None, /, **data: Any) -> None:
+        """Create a correction: ``ToolChange("search")`` or with keywords."""
+        if alternative_tool is not None:
+            data["alternative_tool"] = alternative_tool
+        super().__init__(**data)
 
 
 Correction = Annotated[InputFix | ToolChange, Field(discriminator="kind")]
@@ -155,7 +167,7 @@ Action = Annotated[Retry | Skip | AskUser | Fail, Field(discriminator="kind")]
 def _saturating_delay(base_ms: int, attempt: int, cap_ms: int) -> int:
     # Python ints do not overflow, but a huge shift is wasted work: stop once past the cap.
     if attempt >= 63:
-        return cap_ms
+        return cap_ms if base_ms > 0 else 0
     return min(base_ms * (1 << attempt), cap_ms)
 
 
@@ -188,6 +200,16 @@ class FixedDelay(BaseModel):
     max_retries: int = Field(ge=0)
     delay_ms: int = Field(ge=0)
 
+    def __init__(
+        self, max_retries: int | None = None, delay_ms: int | None = None, /, **data: Any
+    ) -> None:
+        """Create the strategy: ``FixedDelay(3, 500)`` or with keywords."""
+        if max_retries is not None:
+            data["max_retries"] = max_retries
+        if delay_ms is not None:
+            data["delay_ms"] = delay_ms
+        super().__init__(**data)
+
     def decide(self, analysis: Analysis, attempt: int, max_attempts: int) -> Action:
         """Fail when not recoverable or out of retries, else retry after ``delay_ms``."""
         mr = min(self.max_retries, max_attempts)
@@ -204,7 +226,7 @@ class RetryForever(BaseModel):
     kind: Literal["retry_forever"] = "retry_forever"
     delay_ms: int = Field(default=0, ge=0)
 
-    def decide(self, analysis: Analysis, attempt: int, max_attempts: int) -> Action:
+    def decide(self, analysis: Analysis, attempt: int, max_attempts: int) -> Action:  # noqa: ARG002 - the strategy signature
         """Return ``Retry(delay_ms)`` whatever happened."""
         return Retry(delay_ms=self.delay_ms)
 
@@ -214,7 +236,7 @@ class NoRetry(BaseModel):
 
     kind: Literal["no_retry"] = "no_retry"
 
-    def decide(self, analysis: Analysis, attempt: int, max_attempts: int) -> Action:
+    def decide(self, analysis: Analysis, attempt: int, max_attempts: int) -> Action:  # noqa: ARG002 - the strategy signature
         """Return ``Fail(root_cause)``."""
         return Fail(reason=analysis.root_cause)
 

@@ -59,7 +59,9 @@ def _event_detail(event: AuditEvent, full: bool) -> Text:
         return Text(f"session {payload.get('session_id')}, {payload.get('calls')} calls")
     if event.kind == "turn_end":
         state = "success" if payload.get("success") else f"failed: {payload.get('error')}"
-        return Text(f"phase {payload.get('phase')}, {state}, {payload.get('duration_ms', 0):.1f} ms")
+        return Text(
+            f"phase {payload.get('phase')}, {state}, {payload.get('duration_ms', 0):.1f} ms"
+        )
     if event.kind == "turn_cancelled":
         return Text(f"finished calls: {', '.join(payload.get('finished_calls', [])) or 'none'}")
     return Text(preview(str(payload), 10_000 if full else 80))

@@ -98,7 +98,7 @@ class ToolCall(BaseModel):
 
     def __init__(
         self,
-        id: str | None = None,  # noqa: A002 - the field is called id in every provider API
+        id: str | None = None,
         name: str | None = None,
         arguments: dict[str, Any] | str | None = None,
         /,

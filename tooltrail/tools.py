@@ -58,8 +58,11 @@ class ToolContext:
 
     @property
     def cancelled(self) -> bool:
-        """True once the turn asked this attempt to stop (for sync tools, which cannot be
-        interrupted; async tools get ``asyncio.CancelledError`` instead)."""
+        """True once the turn asked this attempt to stop.
+
+        Sync tools cannot be interrupted and should poll this; async tools get
+        ``asyncio.CancelledError`` at their next ``await`` instead.
+        """
         return self._cancel.is_set()
 
 
@@ -73,6 +76,11 @@ class ToolSpec:
     kind: str = "static"
 
 
+# Keywords whose values are data (JSON values of the tool's arguments), never sub-schemas:
+# a default like {"title": "Mr"} must reach the model unchanged.
+_SCHEMA_VALUE_KEYWORDS = frozenset({"default", "const", "enum", "examples", "example"})
+
+
 def _strip_titles(schema: Any) -> Any:
     # pydantic adds "title" to every object and property; providers do not need them and the
     # model reads every token, so drop the generated ones (a property named "title" stays).
@@ -83,6 +91,8 @@ def _strip_titles(schema: Any) -> Any:
                 out[key] = {name: _strip_titles(sub) for name, sub in value.items()}
             elif key == "title" and isinstance(value, str):
                 continue
+            elif key in _SCHEMA_VALUE_KEYWORDS:
+                out[key] = value
             else:
                 out[key] = _strip_titles(value)
         return out
@@ -177,7 +187,7 @@ class Tool:
                 ``**kwargs``, positional-only or unannotated.
         """
         self.fn = fn
-        self.name = name or fn.__name__
+        self.name = fn.__name__ if name is None else name
         if not _NAME.match(self.name):
             raise ToolDefinitionError(
                 f"tool name {self.name!r} of {fn.__qualname__!r} is invalid: "
@@ -220,10 +230,10 @@ class Tool:
                 continue
             default = ... if param.default is param.empty else param.default
             if arg_docs.get(param.name) and not isinstance(default, FieldInfo):
-                default = FieldInfo.merge_field_infos(
-                    FieldInfo.from_annotated_attribute(annotation, default),
-                    description=arg_docs[param.name],
-                )
+                info = FieldInfo.from_annotated_attribute(annotation, default)
+                # An Annotated Field(description=...) wins over the docstring's Args entry.
+                if info.description is None:
+                    default = FieldInfo.merge_field_infos(info, description=arg_docs[param.name])
             fields[param.name] = (annotation, default)
         if len(fields) == 1:
             (only, (annotation, _default)) = next(iter(fields.items()))
@@ -231,7 +241,7 @@ class Tool:
                 self._model_param = only
                 return annotation
         model_name = "".join(part.capitalize() for part in re.split(r"[_-]", self.name)) or "Tool"
-        return create_model(  # type: ignore[call-overload,no-any-return]
+        return create_model(
             f"{model_name}Arguments",
             __config__=ConfigDict(frozen=True, extra="ignore", allow_inf_nan=False),
             **fields,
@@ -285,8 +295,7 @@ class Tool:
             kwargs: dict[str, Any] = {self._model_param: snapshot.model_copy(deep=True)}
         else:
             kwargs = {
-                name: copy.deepcopy(getattr(snapshot, name))
-                for name in type(snapshot).model_fields
+                name: copy.deepcopy(getattr(snapshot, name)) for name in type(snapshot).model_fields
             }
         if self.context_param is not None:
             kwargs[self.context_param] = ctx

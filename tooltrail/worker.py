@@ -68,9 +68,7 @@ def build_worker(
     )
 
 
-async def connect_client(
-    address: str, *, namespace: str = "default", **kwargs: Any
-) -> Client:
+async def connect_client(address: str, *, namespace: str = "default", **kwargs: Any) -> Client:
     """Connect a Temporal client with the pydantic data converter."""
     return await Client.connect(
         address, namespace=namespace, data_converter=pydantic_data_converter, **kwargs
