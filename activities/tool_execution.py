@@ -17,6 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Literal
 
 from temporalio import activity
 
@@ -88,11 +89,27 @@ async def write_flush(store: AuditStore, flush: Flush | None) -> bool:
 class ToolActivities:
     """Runs tool attempts; one instance per worker."""
 
-    def __init__(self, registry: ToolRegistry, store: AuditStore, scratch: ScratchDirs) -> None:
-        """Wire the registry, the audit store and the scratch directories."""
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        store: AuditStore,
+        scratch: ScratchDirs,
+        *,
+        noop_reflector: bool = True,
+    ) -> None:
+        """Wire the registry, the audit store and the scratch directories.
+
+        Args:
+            registry: the tools.
+            store: the audit database.
+            scratch: session scratch directories.
+            noop_reflector: whether the host's reflector is the ``NoopReflector``; the
+                outcome tells the workflow, which then skips the reflector round trip.
+        """
         self.registry = registry
         self.store = store
         self.scratch = scratch
+        self.reflector: Literal["noop", "custom"] = "noop" if noop_reflector else "custom"
 
     @activity.defn(name=TOOL_EXECUTE)
     async def execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
@@ -106,6 +123,7 @@ class ToolActivities:
                 duration_ms=0.0,
                 resolved_tool_name=inp.tool_name,
                 flushed=flushed,
+                reflector=self.reflector,
             )
         info = activity.info()
         if (
@@ -119,6 +137,7 @@ class ToolActivities:
                 duration_ms=0.0,
                 resolved_tool_name=tool.name,
                 flushed=flushed,
+                reflector=self.reflector,
             )
         try:
             snapshot = tool.validate(inp.arguments)
@@ -129,6 +148,7 @@ class ToolActivities:
                 duration_ms=0.0,
                 resolved_tool_name=tool.name,
                 flushed=flushed,
+                reflector=self.reflector,
             )
         ctx = ToolContext(
             session_id=inp.session_id,
@@ -168,4 +188,5 @@ class ToolActivities:
             resolved_tool_name=tool.name,
             display_hint=output.display_hint,
             flushed=flushed,
+            reflector=self.reflector,
         )

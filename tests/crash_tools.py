@@ -11,7 +11,7 @@ import signal
 import time
 from pathlib import Path
 
-from tooltrail import Host, tool
+from tooltrail import AlwaysRecoverable, Host, ToolError, tool
 
 
 def _record(name: str) -> int:
@@ -53,4 +53,14 @@ def runs(name: str) -> int:
     return len(path.read_text()) if path.exists() else 0
 
 
-host = Host([echo, fragile, fragile_once])
+@tool
+def fails_once() -> str:
+    """Fail softly on the first run, succeed after."""
+    if _record("fails_once") == 1:
+        raise ToolError("first run fails")
+    return "second run worked"
+
+
+host = Host([echo, fragile, fragile_once, fails_once])
+recovering_host = Host([echo, fragile, fragile_once, fails_once], reflector=AlwaysRecoverable())
+HOSTS = {"plain": host, "recovering": recovering_host}

@@ -1,5 +1,7 @@
-"""A tooltrail worker in its own process, for crash tests: ``python crash_worker.py ADDRESS
-TASK_QUEUE DATABASE_URL``. Prints ``ready`` once it polls."""
+"""A tooltrail worker in its own process, for crash tests.
+
+Usage: ``python crash_worker.py ADDRESS TASK_QUEUE DATABASE_URL HOST``, where HOST is a key
+of ``crash_tools.HOSTS``. Prints ``ready`` once it polls."""
 
 from __future__ import annotations
 
@@ -8,8 +10,8 @@ import sys
 from datetime import timedelta
 
 
-async def main(address: str, task_queue: str, database_url: str) -> None:
-    from tests.crash_tools import host
+async def main(address: str, task_queue: str, database_url: str, host_name: str) -> None:
+    from tests.crash_tools import HOSTS
     from tooltrail.db.store import AuditStore
     from tooltrail.worker import build_worker, connect_client
 
@@ -19,7 +21,7 @@ async def main(address: str, task_queue: str, database_url: str) -> None:
     # default) before Temporal hands it to the shared queue; keep the tests quick.
     async with build_worker(
         client,
-        host,
+        HOSTS[host_name],
         task_queue=task_queue,
         store=store,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
@@ -29,4 +31,4 @@ async def main(address: str, task_queue: str, database_url: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:4]))
+    asyncio.run(main(*sys.argv[1:5]))

@@ -20,7 +20,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from tests import crash_tools
-from tooltrail import RunConfig, ToolCall, Tooltrail
+from tooltrail import FixedDelay, RunConfig, ToolCall, Tooltrail
 from tooltrail.db.store import AuditStore
 from tooltrail.worker import build_worker
 
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 async def start_worker_process(
-    address: str, task_queue: str, url: str
+    address: str, task_queue: str, url: str, host: str = "plain"
 ) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -37,6 +37,7 @@ async def start_worker_process(
         address,
         task_queue,
         url,
+        host,
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=asyncio.subprocess.PIPE,
@@ -102,10 +103,12 @@ async def test_worker_killed_mid_attempt(
     assert [e.seq for e in events] == list(range(len(events)))
     per_call = Counter((e.kind, e.tool_call_id) for e in events)
     assert all(count == 1 for count in per_call.values()), per_call
+    recovery = ["recovery_decision"] if turn.results[1].is_error else []
     assert [e.kind for e in events if e.tool_call_id == "c2"] == [
         "tool_call_received",
         "tool_pre",
         "tool_post",
+        *recovery,
     ]
     attempts = [
         e.activity_task_started_event_attributes.attempt
@@ -113,3 +116,56 @@ async def test_worker_killed_mid_attempt(
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
     ]
     assert 2 in attempts, "the killed attempt was retried by Temporal"
+
+
+async def test_worker_killed_during_a_backoff(
+    temporal_env: WorkflowEnvironment,
+    sqlite_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TOOLTRAIL_CRASH_DIR", str(tmp_path))
+    address = temporal_env.client.service_client.config.target_host
+    task_queue = f"crash-{uuid.uuid4()}"
+    store = AuditStore(sqlite_url)
+    tt = Tooltrail(
+        temporal_env.client, crash_tools.recovering_host, task_queue=task_queue, store=store
+    )
+    try:
+        doomed = await start_worker_process(address, task_queue, sqlite_url, "recovering")
+        handle = await tt.start_turn(
+            [ToolCall("c1", "fails_once", {}), ToolCall("c2", "echo", {"text": "after"})],
+            session_id="crash",
+            config=RunConfig(recovery=FixedDelay(2, 3000)),
+        )
+        # Kill the worker while the 3 s backoff timer is pending on the server.
+        for _ in range(400):
+            history = await handle.workflow_handle.fetch_history()
+            if any(e.event_type == EventType.EVENT_TYPE_TIMER_STARTED for e in history.events):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the backoff timer never started")
+        doomed.kill()
+        assert await doomed.wait() == -9
+        async with build_worker(
+            temporal_env.client, crash_tools.recovering_host, task_queue=task_queue, store=store
+        ):
+            turn = await asyncio.wait_for(handle.result(), timeout=60)
+        events = await tt.audit(turn.turn_id)
+    finally:
+        await store.close()
+
+    assert [r.output for r in turn.results] == ["second run worked", "after"]
+    assert crash_tools.runs("fails_once") == 2
+    assert [e.seq for e in events] == list(range(len(events)))
+    per_event = Counter((e.kind, e.tool_call_id, e.attempt) for e in events)
+    assert all(count == 1 for count in per_event.values()), per_event
+    assert [(e.kind, e.attempt) for e in events if e.tool_call_id == "c1"] == [
+        ("tool_call_received", None),
+        ("tool_pre", 0),
+        ("tool_post", 0),
+        ("recovery_decision", 0),
+        ("tool_pre", 1),
+        ("tool_post", 1),
+    ]

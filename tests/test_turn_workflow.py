@@ -187,11 +187,12 @@ async def test_advertised_but_missing_at_dispatch(
         0.0,
         "x",
     )
-    # A miss at the core is an ordinary result: PRE and POST fire.
+    # A miss at the core is an ordinary result: PRE, POST and recovery apply.
     assert [e.kind for e in events if e.tool_call_id == "c"] == [
         "tool_call_received",
         "tool_pre",
         "tool_post",
+        "recovery_decision",
     ]
 
 
@@ -412,6 +413,7 @@ async def test_audit_trail_on_both_databases(stack: StackFactory, db_url: str) -
         "tool_post",
         "tool_pre",
         "tool_post",
+        "recovery_decision",
         "turn_end",
     ]
     assert events[4].payload["output"] == "x" * 5000
@@ -420,5 +422,5 @@ async def test_audit_trail_on_both_databases(stack: StackFactory, db_url: str) -
     assert row is not None and row.status == "completed" and row.call_count == 2
     assert row.ended_at is not None and row.ended_at >= row.started_at
     assert [t.turn_id for t in listed] == [turn.turn_id]
-    assert listed[0].error_results == 1 and listed[0].event_count == 8
+    assert listed[0].error_results == 1 and listed[0].event_count == 9
     assert [t.turn_id for t in errors] == [turn.turn_id]

@@ -37,7 +37,7 @@ class RunConfig(BaseModel):
     """Loop detection."""
     tool_timeout_s: float = Field(default=600.0, gt=0)
     """Temporal start-to-close timeout of one tool attempt, for tools without ``timeout_s``."""
-    heartbeat_timeout_s: float = Field(default=30.0, gt=0)
+    heartbeat_timeout_s: float = Field(default=10.0, gt=0)
     """Temporal heartbeat timeout of a tool attempt: how fast a lost worker is noticed."""
     infrastructure_retries: int = Field(default=5, ge=1)
     """Temporal attempts of one tool attempt after infrastructure failures (lost worker)."""

@@ -42,6 +42,29 @@ def results_table(results: Sequence[ToolDispatchResult], title: str = "Results")
     return table
 
 
+def _recovery_detail(payload: dict[str, object]) -> Text:
+    action = payload.get("action")
+    action = action if isinstance(action, dict) else {}
+    analysis = payload.get("analysis")
+    why = ""
+    if isinstance(analysis, dict):
+        judged = "recoverable" if analysis.get("is_recoverable") else "not recoverable"
+        why = f" ({judged}, {analysis.get('severity')})"
+    kind = action.get("kind")
+    if kind == "retry":
+        text = Text.assemble(
+            ("retry", "cyan"),
+            f" in {action.get('delay_ms')} ms as attempt {payload.get('next_attempt')}{why}",
+        )
+    else:
+        reason = action.get("reason") or action.get("prompt") or ""
+        text = Text.assemble((str(kind), "yellow"), f"{why}: {preview(str(reason), 60)}")
+    problem = payload.get("correction_problem")
+    if problem:
+        text.append(f"; correction unusable: {problem}", style="red")
+    return text
+
+
 def _event_detail(event: AuditEvent, full: bool) -> Text:
     payload = event.payload
     if event.kind == "tool_call_received":
@@ -55,6 +78,8 @@ def _event_detail(event: AuditEvent, full: bool) -> Text:
         return Text.assemble((label, style), f" {payload.get('duration', 0):.1f} ms  {shown}")
     if event.kind == "tool_pre":
         return Text("")
+    if event.kind == "recovery_decision":
+        return _recovery_detail(payload)
     if event.kind == "turn_started":
         return Text(f"session {payload.get('session_id')}, {payload.get('calls')} calls")
     if event.kind == "turn_end":

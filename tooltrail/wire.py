@@ -13,10 +13,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from tooltrail.config import RunConfig
+from tooltrail.recovery import Analysis
 from tooltrail.results import Part, ToolCall, ToolDispatchResult
 
 __all__ = [
     "AUDIT_RECORD",
+    "RECOVERY_REFLECT",
     "SESSION_CLEANUP",
     "TOOL_EXECUTE",
     "AttemptOutcome",
@@ -27,6 +29,8 @@ __all__ = [
     "Flush",
     "MemoryEntry",
     "RecordTurn",
+    "ReflectInput",
+    "ReflectOutcome",
     "ToolMeta",
     "TurnInput",
     "TurnOutput",
@@ -40,6 +44,8 @@ AUDIT_RECORD = "tooltrail.audit.record"
 """Activity: flush pending audit records and the turn's final status."""
 SESSION_CLEANUP = "tooltrail.session.cleanup"
 """Activity: remove a session's scratch directory."""
+RECOVERY_REFLECT = "tooltrail.recovery.reflect"
+"""Activity: ask the host's reflector about a failed attempt."""
 
 EventKind = Literal[
     "turn_started",
@@ -162,6 +168,8 @@ class AttemptOutcome(BaseModel):
     display_hint: str | None = None
     flushed: bool = True
     """False when the audit database could not be written; the workflow sends the records again."""
+    reflector: Literal["noop", "custom"] = "custom"
+    """The worker's reflector: with ``noop`` the workflow knows the analysis without asking."""
 
 
 class RecordTurn(BaseModel):
@@ -174,3 +182,25 @@ class CloseSessionInput(BaseModel):
     """Input of ``CloseSessionWorkflow`` and ``tooltrail.session.cleanup``."""
 
     session_id: str
+
+
+class ReflectInput(BaseModel):
+    """Input of ``tooltrail.recovery.reflect``."""
+
+    error: str
+    tool: str
+    """The tool name this attempt requested."""
+    resolved_tool: str
+    """The tool that ran (schemas are looked up under it first)."""
+    arguments: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    task: str = ""
+
+
+class ReflectOutcome(BaseModel):
+    """Output of ``tooltrail.recovery.reflect``: an analysis, or why there is none."""
+
+    analysis: Analysis | None = None
+    error: str | None = None
+    """Set when the reflector raised: recovery then fails softly."""

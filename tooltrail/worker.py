@@ -11,10 +11,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities import AuditActivities, SessionActivities, ToolActivities
+from activities import AuditActivities, RecoveryActivities, SessionActivities, ToolActivities
 from tooltrail.db.migrate import check_schema
 from tooltrail.db.store import AuditStore
 from tooltrail.host import Host
+from tooltrail.recovery import NoopReflector
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
 from tooltrail.tools import Tool, ToolRegistry
@@ -55,14 +56,20 @@ def build_worker(
     """
     host.registry.freeze()
     scratch = scratch or ScratchDirs(host.scratch_base, enabled=host.managed_scratch)
-    tools = ToolActivities(host.registry, store, scratch)
+    tools = ToolActivities(
+        host.registry,
+        store,
+        scratch,
+        noop_reflector=type(host.reflector) is NoopReflector,
+    )
     audit = AuditActivities(store)
     sessions = SessionActivities(scratch)
+    recovery = RecoveryActivities(host.reflector, host.registry)
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[TurnWorkflow, CloseSessionWorkflow],
-        activities=[tools.execute, audit.record, sessions.cleanup],
+        activities=[tools.execute, audit.record, sessions.cleanup, recovery.reflect],
         workflow_runner=sandbox_runner(),
         **worker_options,
     )

@@ -1,22 +1,37 @@
 """``TurnWorkflow``: one model turn's tool calls through the dispatch pipeline.
 
-Deterministic code only: control (ordering, attempt counting, the event stream) lives here;
-every tool body, database write and piece of user code runs in an activity. The event stream
-is numbered here (``seq``) so the audit trail's order is fixed by the history, and the records
-ride along with the next activity instead of costing a round trip each.
+Deterministic code only: control (ordering, attempt counting, recovery decisions, the event
+stream) lives here; every tool body, reflector, database write and piece of user code runs
+in an activity. The event stream is numbered here (``seq``) so the audit trail's order is
+fixed by the history, and the records ride along with the next activity instead of costing a
+round trip each.
+
+Hard errors (``LoopDetected``, ``ToolRecoveryExhausted``) leave as non-retryable
+``ApplicationError``s; cancellation leaves as ``asyncio.CancelledError`` so the workflow ends
+*cancelled*. Either way the audit trail is written first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
+from tooltrail.errors import ToolRecoveryExhausted, TurnError
+from tooltrail.recovery import (
+    MAX_RECOVERY_ATTEMPTS,
+    Action,
+    Analysis,
+    Fail,
+    InputFix,
+    Retry,
+    ToolChange,
+)
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.text import (
     canonical_json,
@@ -28,6 +43,7 @@ from tooltrail.text import (
 )
 from tooltrail.wire import (
     AUDIT_RECORD,
+    RECOVERY_REFLECT,
     TOOL_EXECUTE,
     AttemptOutcome,
     AuditEvent,
@@ -35,6 +51,8 @@ from tooltrail.wire import (
     Flush,
     MemoryEntry,
     RecordTurn,
+    ReflectInput,
+    ReflectOutcome,
     TurnInput,
     TurnOutput,
     TurnRecord,
@@ -51,6 +69,8 @@ _RECORD_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=40,
 )
+# A reflector may call a model: give it time, and retry infrastructure failures a little.
+_REFLECT_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_attempts=3)
 # Margin on top of a tool's own timeout, so the tool's soft timeout text wins over Temporal's.
 _TIMEOUT_MARGIN = timedelta(seconds=30)
 
@@ -78,6 +98,33 @@ def _pre_answered(call: ToolCall, text: str) -> ToolDispatchResult:
         duration_ms=0.0,
         resolved_tool_name=call.name,
     )
+
+
+def _raise_if_cancelled() -> None:
+    # Temporal delivers workflow cancellation by cancelling the run task; when a result and
+    # the cancellation arrive together, the pending request must win (spec §9.5).
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError()
+
+
+def _correct(
+    correction: InputFix | ToolChange | None, tool: str, arguments: dict[str, Any]
+) -> tuple[str, dict[str, Any], str | None]:
+    """Apply a correction; return the new tool, input and the failure text (if unusable)."""
+    match correction:
+        case None:
+            return tool, arguments, None
+        case InputFix(modified_input=None):
+            return tool, arguments, "InputFix correction missing modified_input"
+        case InputFix(modified_input=dict() as fixed):
+            return tool, fixed, None
+        case InputFix():
+            return tool, arguments, "InputFix correction modified_input must be a JSON object"
+        case ToolChange(alternative_tool=str() as alternative) if alternative:
+            return alternative, arguments, None
+        case ToolChange():
+            return tool, arguments, "ToolChange correction missing alternative_tool"
 
 
 @workflow.defn(name="TurnWorkflow")
@@ -137,7 +184,7 @@ class TurnWorkflow:
             update={
                 "status": status,
                 "ended_at": workflow.now(),
-                "error": None if error is None else str(error),
+                "error": None if error is None else (str(error) or type(error).__name__),
                 "error_type": None if error is None else type(error).__name__,
             }
         )
@@ -149,6 +196,25 @@ class TurnWorkflow:
             retry_policy=_RECORD_RETRY,
         )
         self._flushed(flush)
+
+    def _turn_end(
+        self,
+        started: datetime,
+        results: list[ToolDispatchResult],
+        *,
+        success: bool,
+        error: str | None = None,
+    ) -> None:
+        self._emit(
+            "turn_end",
+            {
+                "phase": "tools",
+                "success": success,
+                "error": error,
+                "duration_ms": (workflow.now() - started).total_seconds() * 1000.0,
+                "results": [result.model_dump(mode="json") for result in results],
+            },
+        )
 
     # -- the turn ----------------------------------------------------------------------------
 
@@ -178,113 +244,225 @@ class TurnWorkflow:
                 call_id=call.id,
                 tool=call.name,
             )
-        advertised = set(inp.advertised)
         results: list[ToolDispatchResult] = []
         try:
-            for call in inp.calls:
-                if call.name not in advertised:
-                    # Never advertised: answered before dispatch, no events, no activity.
-                    results.append(_pre_answered(call, not_available(call.name)))
-                    continue
-                arguments = _parse_arguments(call.arguments)
-                if isinstance(arguments, str):
-                    results.append(_pre_answered(call, arguments))
-                    continue
-                results.append(await self._dispatch(call, arguments))
-                self._finished.append(call.id)
+            results = await self._dispatch_batch(inp)
         except asyncio.CancelledError as cancelled:
             self._emit(
                 "turn_cancelled",
                 {
                     "finished_calls": list(self._finished),
-                    "pending_calls": [call.id for call in inp.calls[len(results) :]],
+                    "pending_calls": [c.id for c in inp.calls if c.id not in self._finished],
                 },
             )
-            self._turn_end(started, results, success=False, error="cancelled")
+            self._turn_end(started, [], success=False, error="cancelled")
             await self._record("cancelled", cancelled)
             raise
+        except TurnError as hard:
+            # The batch's results are discarded; the audit trail keeps everything.
+            self._turn_end(started, [], success=False, error=str(hard))
+            await self._record("failed", hard)
+            raise self._application_error(hard) from None
         self._turn_end(started, results, success=True)
-        await self._record("completed")
+        await self._finish_recording()
         return TurnOutput(turn_id=self._turn.turn_id, results=results)
 
-    def _turn_end(
-        self,
-        started: Any,
-        results: list[ToolDispatchResult],
-        *,
-        success: bool,
-        error: str | None = None,
-    ) -> None:
-        self._emit(
-            "turn_end",
-            {
-                "phase": "tools",
-                "success": success,
-                "error": error,
-                "duration_ms": (workflow.now() - started).total_seconds() * 1000.0,
-                "results": [result.model_dump(mode="json") for result in results],
-            },
-        )
+    async def _finish_recording(self) -> None:
+        # Every call has its result: a cancellation arriving now cannot change the outcome,
+        # so it must not cost the audit trail its final write.
+        for _ in range(3):
+            try:
+                await self._record("completed")
+                return
+            except asyncio.CancelledError:
+                workflow.logger.info("cancellation after the last result; completing the turn")
+        await self._record("completed")
+
+    @staticmethod
+    def _application_error(hard: TurnError) -> ApplicationError:
+        if isinstance(hard, ToolRecoveryExhausted):
+            return ApplicationError(
+                str(hard),
+                hard.tool,
+                hard.attempts,
+                type="ToolRecoveryExhausted",
+                non_retryable=True,
+            )
+        return ApplicationError(str(hard), type=type(hard).__name__, non_retryable=True)
+
+    async def _dispatch_batch(self, inp: TurnInput) -> list[ToolDispatchResult]:
+        """Sequential dispatch (spec §9.2): one call after the other, in the model's order."""
+        advertised = set(inp.advertised)
+        results: list[ToolDispatchResult] = []
+        for call in inp.calls:
+            if call.name not in advertised:
+                # Never advertised: answered before dispatch, no events, no activity.
+                results.append(_pre_answered(call, not_available(call.name)))
+                self._finished.append(call.id)
+                continue
+            arguments = _parse_arguments(call.arguments)
+            if isinstance(arguments, str):
+                results.append(_pre_answered(call, arguments))
+                self._finished.append(call.id)
+                continue
+            _raise_if_cancelled()
+            results.append(await self._dispatch(call, arguments))
+            self._finished.append(call.id)
+        return results
 
     async def _dispatch(self, call: ToolCall, arguments: dict[str, Any]) -> ToolDispatchResult:
-        """Run the per-attempt pipeline (spec §2.1) for one call."""
-        attempt = 0
+        """Run the per-attempt pipeline (spec §2.1) for one call, retries included."""
+        original_tool = call.name
         tool_name = call.name
-        # 1 PRE
+        attempt = 0
+        while True:
+            # 1 PRE
+            self._emit(
+                "tool_pre",
+                {"turn": self._turn.turn_id, "tool": tool_name, "tool_call_id": call.id},
+                call_id=call.id,
+                tool=tool_name,
+                attempt=attempt,
+            )
+            # 2 HOOKS, 3 DETECT and 4 GATE join here as their components land.
+            # 5 EXECUTE: a pending cancellation wins before and after the activity.
+            _raise_if_cancelled()
+            outcome = await self._execute(call, tool_name, arguments, attempt)
+            _raise_if_cancelled()
+            # The model-issued id is stamped here, whatever the layers below returned.
+            result = ToolDispatchResult(
+                tool_call_id=call.id,
+                output=outcome.output,
+                is_error=outcome.is_error,
+                duration_ms=outcome.duration_ms,
+                resolved_tool_name=outcome.resolved_tool_name or tool_name,
+                display_hint=outcome.display_hint,
+            )
+            # 6 POST: b. on_tool_post (6a detection, 6c hooks and 6d health join here)
+            text = render_text(result.output)
+            post = self._emit(
+                "tool_post",
+                {
+                    "turn": self._turn.turn_id,
+                    "tool_call_id": call.id,
+                    "tool": tool_name,
+                    "result_hash": stable_hash(text),
+                    "is_error": result.is_error,
+                    "duration": result.duration_ms,
+                    "display_hint": result.display_hint,
+                    "resolved_tool_name": result.resolved_tool_name,
+                    "input": arguments,
+                    "output": result.model_dump(mode="json")["output"],
+                },
+                call_id=call.id,
+                tool=tool_name,
+                attempt=attempt,
+            )
+            # 6e memory: successful results only.
+            if not result.is_error:
+                self._remember(call, tool_name, arguments, text, post)
+                # 7
+                return result
+            # 8 RECOVER
+            analysis, action = await self._decide(outcome, text, tool_name, arguments, attempt)
+            if not isinstance(action, Retry):
+                self._recovery_event(call, tool_name, attempt, analysis, action)
+                return result
+            new_tool, new_arguments, problem = _correct(
+                analysis.correction if analysis else None, tool_name, arguments
+            )
+            self._recovery_event(call, tool_name, attempt, analysis, action, problem)
+            if problem is not None:
+                workflow.logger.warning(
+                    "correction failed to produce a usable retry: %s (call %r)", problem, call.id
+                )
+            if action.delay_ms > 0:
+                # A durable timer: it lives on the server, so a lost worker loses nothing, and
+                # a cancellation interrupts it at once.
+                await workflow.sleep(timedelta(milliseconds=action.delay_ms))
+            _raise_if_cancelled()
+            attempt += 1
+            if attempt > MAX_RECOVERY_ATTEMPTS:
+                raise ToolRecoveryExhausted(original_tool, attempt)
+            tool_name, arguments = new_tool, new_arguments
+
+    def _remember(
+        self,
+        call: ToolCall,
+        tool_name: str,
+        arguments: dict[str, Any],
+        text: str,
+        post: AuditEvent,
+    ) -> None:
+        self._memory.append(
+            MemoryEntry(
+                kind="trajectory",
+                content=trajectory(tool_name, canonical_json(arguments), text),
+                tool_call_id=call.id,
+                created_at=post.created_at,
+                seq=post.seq,
+                turn_id=self._turn.turn_id,
+                session_id=self._turn.session_id,
+            )
+        )
+
+    async def _decide(
+        self,
+        outcome: AttemptOutcome,
+        text: str,
+        tool_name: str,
+        arguments: dict[str, Any],
+        attempt: int,
+    ) -> tuple[Analysis | None, Action]:
+        """Ask the reflector (unless it is the no-op one) and let the strategy decide."""
+        if outcome.reflector == "noop":
+            # What NoopReflector answers, known without a round trip.
+            analysis = Analysis(is_recoverable=False, root_cause=text)
+        else:
+            try:
+                reflected: ReflectOutcome = await workflow.execute_activity(
+                    RECOVERY_REFLECT,
+                    ReflectInput(
+                        error=text,
+                        tool=tool_name,
+                        resolved_tool=outcome.resolved_tool_name,
+                        arguments=arguments,
+                        attempt=attempt,
+                        max_attempts=MAX_RECOVERY_ATTEMPTS,
+                    ),
+                    result_type=ReflectOutcome,
+                    start_to_close_timeout=timedelta(minutes=5),
+                    retry_policy=_REFLECT_RETRY,
+                )
+            except ActivityError as failure:
+                return None, Fail(reason=f"reflector unavailable: {failure.cause or failure}")
+            if reflected.analysis is None:
+                return None, Fail(reason=reflected.error or text)
+            analysis = reflected.analysis
+        strategy = self._input.config.recovery
+        return analysis, strategy.decide(analysis, attempt, MAX_RECOVERY_ATTEMPTS)
+
+    def _recovery_event(
+        self,
+        call: ToolCall,
+        tool_name: str,
+        attempt: int,
+        analysis: Analysis | None,
+        action: Action,
+        correction_problem: str | None = None,
+    ) -> None:
         self._emit(
-            "tool_pre",
-            {"turn": self._turn.turn_id, "tool": tool_name, "tool_call_id": call.id},
-            call_id=call.id,
-            tool=tool_name,
-            attempt=attempt,
-        )
-        # 2 HOOKS, 3 DETECT and 4 GATE join here as their components land.
-        # 5 EXECUTE
-        outcome = await self._execute(call, tool_name, arguments, attempt)
-        # The model-issued id is stamped here, whatever the layers below returned.
-        result = ToolDispatchResult(
-            tool_call_id=call.id,
-            output=outcome.output,
-            is_error=outcome.is_error,
-            duration_ms=outcome.duration_ms,
-            resolved_tool_name=outcome.resolved_tool_name or tool_name,
-            display_hint=outcome.display_hint,
-        )
-        # 6 POST: b. on_tool_post (6a detection, 6c hooks and 6d health join here)
-        text = render_text(result.output)
-        post = self._emit(
-            "tool_post",
+            "recovery_decision",
             {
-                "turn": self._turn.turn_id,
-                "tool_call_id": call.id,
-                "tool": tool_name,
-                "result_hash": stable_hash(text),
-                "is_error": result.is_error,
-                "duration": result.duration_ms,
-                "display_hint": result.display_hint,
-                "resolved_tool_name": result.resolved_tool_name,
-                "input": arguments,
-                "output": result.model_dump(mode="json")["output"],
+                "action": action.model_dump(mode="json"),
+                "analysis": None if analysis is None else analysis.model_dump(mode="json"),
+                "correction_problem": correction_problem,
+                "next_attempt": attempt + 1 if isinstance(action, Retry) else None,
             },
             call_id=call.id,
             tool=tool_name,
             attempt=attempt,
         )
-        # 6e memory: successful results only.
-        if not result.is_error:
-            self._memory.append(
-                MemoryEntry(
-                    kind="trajectory",
-                    content=trajectory(tool_name, canonical_json(arguments), text),
-                    tool_call_id=call.id,
-                    created_at=post.created_at,
-                    seq=post.seq,
-                    turn_id=self._turn.turn_id,
-                    session_id=self._turn.session_id,
-                )
-            )
-        # 7 success returns; 8 RECOVER joins here.
-        return result
 
     async def _execute(
         self, call: ToolCall, tool_name: str, arguments: dict[str, Any], attempt: int
