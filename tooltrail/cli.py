@@ -97,7 +97,7 @@ def _run(coro: Awaitable[T]) -> T:
     try:
         return asyncio.run(coro)  # type: ignore[arg-type]
     except TooltrailError as exc:
-        errors.print(f"[red]error:[/red] {exc}")
+        errors.print(f"[red]error:[/red] {exc}", soft_wrap=True, markup=True, highlight=False)
         raise typer.Exit(1) from exc
 
 
@@ -108,13 +108,22 @@ def _free_port() -> int:
         return port
 
 
-async def _until_stopped() -> None:
+async def _until_stopped(running: Any = None) -> None:
+    """Wait for SIGINT/SIGTERM; with a Temporal ``Worker``, also stop when it dies.
+
+    Raises:
+        TooltrailError: the worker stopped by itself (so a supervisor restarts the process).
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
+        if running is not None and not running.is_running and not stop.is_set():
+            raise TooltrailError("the Temporal worker stopped unexpectedly; see the log above")
 
 
 def _database_url(option: str | None) -> str:
@@ -236,14 +245,14 @@ def worker(
             namespace=namespace,
             task_queue=task_queue,
             database_url=database_url,
-        ):
+        ) as running:
             settings = Settings()
             errors.print(
                 f"worker up: {temporal_address or settings.temporal_address}, "
                 f"task queue {task_queue or settings.task_queue}, "
                 f"tools {', '.join(host.registry.names())}"
             )
-            await _until_stopped()
+            await _until_stopped(running)
 
     _run(go())
 
@@ -319,7 +328,7 @@ def audit_show(
 
     turn, events = _run(_with_store(_database_url(database_url), read))
     if turn is None and not events:
-        errors.print(f"[red]error:[/red] no turn {turn_id!r} in the audit database")
+        errors.print(f"[red]error:[/red] no turn {turn_id!r} in the audit database", soft_wrap=True)
         raise typer.Exit(1)
     if json_output:
         print_json(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
@@ -14,6 +15,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities import AuditActivities, RecoveryActivities, SessionActivities, ToolActivities
 from tooltrail.db.migrate import check_schema
 from tooltrail.db.store import AuditStore
+from tooltrail.errors import ConfigurationError
 from tooltrail.host import Host
 from tooltrail.recovery import NoopReflector
 from tooltrail.scratch import ScratchDirs
@@ -76,10 +78,20 @@ def build_worker(
 
 
 async def connect_client(address: str, *, namespace: str = "default", **kwargs: Any) -> Client:
-    """Connect a Temporal client with the pydantic data converter."""
-    return await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter, **kwargs
-    )
+    """Connect a Temporal client with the pydantic data converter.
+
+    Raises:
+        ConfigurationError: the server cannot be reached (with the address tried).
+    """
+    try:
+        return await Client.connect(
+            address, namespace=namespace, data_converter=pydantic_data_converter, **kwargs
+        )
+    except RuntimeError as exc:
+        raise ConfigurationError(
+            f"cannot reach Temporal at {address!r} (namespace {namespace!r}): {exc}; "
+            "check --temporal-address / TOOLTRAIL_TEMPORAL_ADDRESS"
+        ) from exc
 
 
 @contextlib.asynccontextmanager
@@ -90,11 +102,13 @@ async def worker(
     namespace: str | None = None,
     task_queue: str | None = None,
     database_url: str | None = None,
+    graceful_shutdown: timedelta = timedelta(seconds=20),
 ) -> AsyncIterator[Worker]:
     """Run a tooltrail worker against an existing Temporal cluster while the block runs.
 
     Options default to the settings (``TOOLTRAIL_*`` environment variables). The database must
-    be migrated (``tooltrail db upgrade``).
+    be migrated (``tooltrail db upgrade``). On exit, running tool attempts get
+    ``graceful_shutdown`` to finish before they are cancelled (and retried elsewhere).
 
     Raises:
         DatabaseSchemaError: the database is not at the migrations' head.
@@ -110,7 +124,11 @@ async def worker(
     store = AuditStore(url)
     try:
         running = build_worker(
-            client, wired, task_queue=task_queue or settings.task_queue, store=store
+            client,
+            wired,
+            task_queue=task_queue or settings.task_queue,
+            store=store,
+            graceful_shutdown_timeout=graceful_shutdown,
         )
         async with running:
             yield running

@@ -14,7 +14,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, make_url
 
 from tooltrail.db.engine import create_engine, normalize_url
 from tooltrail.errors import DatabaseSchemaError
@@ -88,8 +88,9 @@ async def check_schema(url: str) -> None:
     current = await current_revision(url)
     head = head_revision()
     if current != head:
-        shown = normalize_url(url).render_as_string(hide_password=True)
+        shown = make_url(url).render_as_string(hide_password=True)
+        state = "has no tooltrail schema" if current is None else f"is at revision {current!r}"
         raise DatabaseSchemaError(
-            f"the audit database {shown!r} is at revision {current!r}, but this tooltrail "
-            f"needs {head!r}: run `tooltrail db upgrade --database-url ...` first"
+            f"the audit database {shown!r} {state}, but this tooltrail needs revision "
+            f"{head!r}: run `tooltrail db upgrade --database-url {shown}` first"
         )
