@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test check lint typecheck pytest dev bench clean
+.PHONY: demo test check lint typecheck pytest dev histories bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ pytest: $(STAMP)
 ## Embedded server (port 7233, UI 8233) and a worker with the demo tools, until Ctrl-C.
 dev: $(STAMP)
 	$(BIN)/tooltrail dev
+
+## Re-record the replay corpus tests/histories/ (only for new pipeline paths).
+histories: $(STAMP)
+	$(BIN)/python -m tests.history_scenarios
 
 bench: $(STAMP)
 	$(BIN)/python bench/overhead.py

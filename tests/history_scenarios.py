@@ -1,0 +1,203 @@
+"""Recorded turns for the replay corpus: every pipeline path that has landed.
+
+``python -m tests.history_scenarios`` (or ``make histories``) runs each scenario on a fresh
+embedded Temporal server and writes its history to ``tests/histories/<name>.json``. Re-record
+only for a new path; a workflow change must replay the old files unchanged (or use
+``workflow.patched``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from tooltrail import (
+    AlwaysRecoverable,
+    Analysis,
+    FixedDelay,
+    Host,
+    InputFix,
+    ReflectionContext,
+    RetryForever,
+    RunConfig,
+    ToolCall,
+    ToolChange,
+    ToolError,
+    ToolOutput,
+    Tooltrail,
+    TooltrailError,
+    TurnCancelled,
+    tool,
+)
+from tooltrail.db.migrate import upgrade
+from tooltrail.db.store import AuditStore
+from tooltrail.embedded import start_dev_server
+from tooltrail.results import TextPart
+from tooltrail.worker import build_worker
+
+HISTORIES = Path(__file__).resolve().parent / "histories"
+_state: dict[str, int] = {}
+
+
+@tool
+def echo(text: str) -> str:
+    """Return the text."""
+    return text
+
+
+@tool
+def fails(reason: str = "boom") -> str:
+    """Raise a ToolError."""
+    raise ToolError(reason)
+
+
+@tool
+def panics() -> str:
+    """Raise something unexpected."""
+    raise RuntimeError("unexpected")
+
+
+@tool
+def multipart() -> ToolOutput:
+    """Return two parts."""
+    return ToolOutput(parts=[TextPart("a"), TextPart("b")], display_hint="list")
+
+
+@tool
+def flaky_twice() -> str:
+    """Fail twice, then succeed."""
+    _state["flaky"] = _state.get("flaky", 0) + 1
+    if _state["flaky"] <= 2:
+        raise ToolError(f"attempt {_state['flaky']} failed")
+    return "recovered"
+
+
+@tool
+async def slow() -> str:
+    """Sleep long enough to be cancelled."""
+    await asyncio.sleep(60)
+    return "late"
+
+
+class FixThenSwitch:
+    """Answers InputFix on the first failure, ToolChange on the next."""
+
+    async def analyze(self, ctx: ReflectionContext) -> Analysis:
+        if ctx.attempt == 0:
+            return Analysis(
+                is_recoverable=True, root_cause=ctx.error, correction=InputFix({"reason": "fixed"})
+            )
+        return Analysis(is_recoverable=True, root_cause=ctx.error, correction=ToolChange("echo"))
+
+
+TOOLS = [echo, fails, panics, multipart, flaky_twice, slow]
+Scenario = Callable[[Tooltrail], Awaitable[str]]
+
+
+async def basic(tt: Tooltrail) -> str:
+    turn = await tt.run_turn(
+        [
+            ToolCall("c1", "echo", {"text": "hi"}),
+            ToolCall("c2", "ghost", {}),
+            ToolCall("c3", "echo", '{"text": '),
+            ToolCall("c4", "fails", {}),
+            ToolCall("c5", "panics", {}),
+            ToolCall("c6", "multipart", "{}"),
+            ToolCall("c7", "not_registered", {}),
+        ],
+        session_id="hist",
+        advertised=[*tt.host.registry.names(), "not_registered"],
+    )
+    return turn.turn_id
+
+
+async def recovery_backoff(tt: Tooltrail) -> str:
+    _state.clear()
+    turn = await tt.run_turn([ToolCall("c1", "flaky_twice", {})], session_id="hist")
+    return turn.turn_id
+
+
+async def recovery_exhausted(tt: Tooltrail) -> str:
+    handle = await tt.start_turn(
+        [ToolCall("c1", "fails", {})], session_id="hist", config=RunConfig(recovery=RetryForever())
+    )
+    with contextlib.suppress(TooltrailError):
+        await handle.result()
+    return handle.turn_id
+
+
+async def corrections(tt: Tooltrail) -> str:
+    turn = await tt.run_turn(
+        [ToolCall("c1", "fails", {"reason": "x"})],
+        session_id="hist",
+        config=RunConfig(recovery=FixedDelay(3, 10)),
+    )
+    return turn.turn_id
+
+
+async def cancelled_during_tool(tt: Tooltrail) -> str:
+    handle = await tt.start_turn(
+        [ToolCall("c1", "echo", {"text": "first"}), ToolCall("c2", "slow", {})],
+        session_id="hist",
+        config=RunConfig(heartbeat_timeout_s=1),
+    )
+    await asyncio.sleep(1.5)
+    await handle.cancel()
+    with contextlib.suppress(TurnCancelled):
+        await handle.result()
+    return handle.turn_id
+
+
+async def close_session(tt: Tooltrail) -> str:
+    await tt.run_turn([ToolCall("c1", "echo", {"text": "x"})], session_id="closing")
+    workflow_id = f"close-session-closing-{uuid.uuid4()}"
+    from tooltrail.wire import CloseSessionInput
+
+    await tt.client.execute_workflow(
+        "CloseSessionWorkflow",
+        CloseSessionInput(session_id="closing"),
+        id=workflow_id,
+        task_queue=tt.task_queue,
+        result_type=bool,
+    )
+    return workflow_id
+
+
+SCENARIOS: dict[str, tuple[Scenario, Host]] = {
+    "basic": (basic, Host(TOOLS)),
+    "recovery_backoff": (recovery_backoff, Host(TOOLS, reflector=AlwaysRecoverable())),
+    "recovery_exhausted": (recovery_exhausted, Host(TOOLS, reflector=AlwaysRecoverable())),
+    "corrections": (corrections, Host(TOOLS, reflector=FixThenSwitch())),
+    "cancelled_during_tool": (cancelled_during_tool, Host(TOOLS)),
+    "close_session": (close_session, Host(TOOLS)),
+}
+
+
+async def record() -> None:
+    """Run every scenario and write its history."""
+    HISTORIES.mkdir(exist_ok=True)
+    env = await start_dev_server()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            url = f"sqlite:///{tmp}/audit.db"
+            await upgrade(url)
+            for name, (scenario, host) in SCENARIOS.items():
+                store = AuditStore(url)
+                task_queue = f"record-{name}"
+                tt = Tooltrail(env.client, host, task_queue=task_queue, store=store)
+                async with build_worker(env.client, host, task_queue=task_queue, store=store):
+                    workflow_id = await scenario(tt)
+                history = await env.client.get_workflow_handle(workflow_id).fetch_history()
+                (HISTORIES / f"{name}.json").write_text(history.to_json() + "\n")
+                await store.close()
+                print(f"recorded {name}: {len(history.events)} events")
+    finally:
+        await env.shutdown()
+
+
+if __name__ == "__main__":
+    asyncio.run(record())
