@@ -39,8 +39,10 @@ dev: $(STAMP)
 histories: $(STAMP)
 	$(BIN)/python -m tests.history_scenarios
 
+## Benchmarks: tables on stdout, JSON in bench/results/.
 bench: $(STAMP)
-	$(BIN)/python bench/overhead.py
+	$(BIN)/python -m bench.overhead
+	$(BIN)/python -m bench.parallel
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Literal
 
 from temporalio import activity
@@ -158,6 +159,7 @@ class ToolActivities:
             temp_dir=self.scratch.ensure(inp.session_id),
         )
         started = time.monotonic()
+        started_at = datetime.now(UTC)
         async with heartbeating(BODY_STARTED):
             try:
                 if tool.timeout_s is None:
@@ -182,6 +184,8 @@ class ToolActivities:
                 output = ToolOutput(text=panicked(tool.name, str(exc)), is_error=True)
         elapsed_ms = (time.monotonic() - started) * 1000.0
         return AttemptOutcome(
+            started_at=started_at,
+            finished_at=datetime.now(UTC),
             output=output.parts if output.parts is not None else (output.text or ""),
             is_error=output.is_error,
             duration_ms=elapsed_ms,

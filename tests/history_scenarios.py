@@ -1,9 +1,9 @@
 """Recorded turns for the replay corpus: every pipeline path that has landed.
 
-``python -m tests.history_scenarios`` (or ``make histories``) runs each scenario on a fresh
-embedded Temporal server and writes its history to ``tests/histories/<name>.json``. Re-record
-only for a new path; a workflow change must replay the old files unchanged (or use
-``workflow.patched``).
+``python -m tests.history_scenarios [NAME ...]`` (or ``make histories``) runs the scenarios
+(all, or the named ones) on a fresh embedded Temporal server and writes each history to
+``tests/histories/<name>.json``. Record only new paths: the old files are the proof that a
+workflow change still replays turns recorded before it (or it needs ``workflow.patched``).
 """
 
 from __future__ import annotations
@@ -94,7 +94,14 @@ class FixThenSwitch:
         return Analysis(is_recoverable=True, root_cause=ctx.error, correction=ToolChange("echo"))
 
 
-TOOLS = [echo, fails, panics, multipart, flaky_twice, slow]
+@tool(concurrent_safe=True, resource_key=lambda args: args.get("key"))
+async def nap(ms: int, key: str | None = None) -> str:
+    """Sleep, then answer."""
+    await asyncio.sleep(ms / 1000)
+    return f"slept {ms}"
+
+
+TOOLS = [echo, fails, panics, multipart, flaky_twice, slow, nap]
 Scenario = Callable[[Tooltrail], Awaitable[str]]
 
 
@@ -152,6 +159,37 @@ async def cancelled_during_tool(tt: Tooltrail) -> str:
     return handle.turn_id
 
 
+async def parallel_waves(tt: Tooltrail) -> str:
+    turn = await tt.run_turn(
+        [
+            ToolCall("c1", "nap", {"ms": 50, "key": "a"}),
+            ToolCall("c2", "echo", {"text": "unsafe"}),
+            ToolCall("c3", "nap", {"ms": 10, "key": "a"}),
+            ToolCall("c4", "nap", {"ms": 0}),
+            ToolCall("c5", "ghost", {}),
+            ToolCall("c6", "nap", {"ms": 20}),
+        ],
+        session_id="hist",
+        config=RunConfig(dispatch="parallel", max_concurrency=2),
+    )
+    return turn.turn_id
+
+
+async def parallel_hard_error(tt: Tooltrail) -> str:
+    handle = await tt.start_turn(
+        [
+            ToolCall("c1", "nap", {"ms": 30_000}),
+            ToolCall("c2", "nap", {"ms": 0}),
+            ToolCall("c3", "fails", {}),
+        ],
+        session_id="hist",
+        config=RunConfig(dispatch="parallel", recovery=RetryForever(), heartbeat_timeout_s=1),
+    )
+    with contextlib.suppress(TooltrailError):
+        await handle.result()
+    return handle.turn_id
+
+
 async def close_session(tt: Tooltrail) -> str:
     await tt.run_turn([ToolCall("c1", "echo", {"text": "x"})], session_id="closing")
     workflow_id = f"close-session-closing-{uuid.uuid4()}"
@@ -174,11 +212,13 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "corrections": (corrections, Host(TOOLS, reflector=FixThenSwitch())),
     "cancelled_during_tool": (cancelled_during_tool, Host(TOOLS)),
     "close_session": (close_session, Host(TOOLS)),
+    "parallel_waves": (parallel_waves, Host(TOOLS)),
+    "parallel_hard_error": (parallel_hard_error, Host(TOOLS, reflector=AlwaysRecoverable())),
 }
 
 
-async def record() -> None:
-    """Run every scenario and write its history."""
+async def record(only: set[str]) -> None:
+    """Run the scenarios (all, or those named) and write their histories."""
     HISTORIES.mkdir(exist_ok=True)
     env = await start_dev_server()
     try:
@@ -186,6 +226,8 @@ async def record() -> None:
             url = f"sqlite:///{tmp}/audit.db"
             await upgrade(url)
             for name, (scenario, host) in SCENARIOS.items():
+                if only and name not in only:
+                    continue
                 store = AuditStore(url)
                 task_queue = f"record-{name}"
                 tt = Tooltrail(env.client, host, task_queue=task_queue, store=store)
@@ -200,4 +242,6 @@ async def record() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(record())
+    import sys
+
+    asyncio.run(record(set(sys.argv[1:])))

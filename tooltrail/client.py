@@ -137,12 +137,14 @@ class Tooltrail:
         """
         turn_id = turn_id or f"turn-{uuid.uuid4()}"
         names = self.host.registry.names() if advertised is None else list(advertised)
+        config = config or RunConfig()
         inp = TurnInput(
             session_id=session_id,
             calls=list(calls),
             advertised=names,
-            config=config or RunConfig(),
+            config=config,
             tools=self.host.tool_meta(),
+            verdicts=self.host.verdicts(calls) if config.dispatch == "parallel" else None,
         )
         try:
             handle = await self.client.start_workflow(

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tooltrail.planner import CallVerdict
 from tooltrail.recovery import NoopReflector, Reflector
+from tooltrail.results import ToolCall
 from tooltrail.tools import Tool, ToolRegistry
 from tooltrail.wire import ToolMeta
 
 __all__ = ["Host"]
+
+log = logging.getLogger("tooltrail.host")
 
 
 class Host:
@@ -62,6 +68,33 @@ class Host:
     def coerce(cls, value: Host | ToolRegistry | Iterable[Tool]) -> Host:
         """Accept a ``Host``, a ``ToolRegistry`` or a list of tools."""
         return value if isinstance(value, Host) else cls(value)
+
+    def verdicts(self, calls: Sequence[ToolCall]) -> list[CallVerdict]:
+        """Evaluate each tool's concurrency declaration on its call's arguments.
+
+        Unknown tools, unparseable arguments and declarations that raise give an unsafe
+        verdict: a wrong "unsafe" costs speed, a wrong "safe" could corrupt data.
+        """
+        verdicts = []
+        for call in calls:
+            item = self.registry.lookup(call.name)
+            arguments: Any = call.arguments
+            if isinstance(arguments, str):
+                try:
+                    arguments = json.loads(arguments) if arguments.strip() else {}
+                except ValueError:
+                    arguments = None
+            if item is None or not isinstance(arguments, dict):
+                verdicts.append(CallVerdict())
+                continue
+            try:
+                safe = item.is_safe_for(arguments)
+                key = item.key_for(arguments) if safe else None
+            except Exception:
+                log.warning("concurrency declaration of %r raised; running it alone", call.name)
+                safe, key = False, None
+            verdicts.append(CallVerdict(safe=safe, key=key))
+        return verdicts
 
     def tool_meta(self) -> dict[str, ToolMeta]:
         """Return what the workflow needs to know of each tool."""

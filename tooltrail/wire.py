@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from tooltrail.config import RunConfig
+from tooltrail.planner import CallVerdict
 from tooltrail.recovery import Analysis
 from tooltrail.results import Part, ToolCall, ToolDispatchResult
 
@@ -137,6 +138,9 @@ class TurnInput(BaseModel):
     """The tool names advertised to the model for this turn."""
     config: RunConfig = Field(default_factory=RunConfig)
     tools: dict[str, ToolMeta] = Field(default_factory=dict)
+    verdicts: list[CallVerdict] | None = None
+    """Per call, the tool's concurrency declaration evaluated on its arguments (parallel
+    mode); ``None`` plans every call as unsafe."""
 
 
 class TurnOutput(BaseModel):
@@ -170,6 +174,10 @@ class AttemptOutcome(BaseModel):
     """False when the audit database could not be written; the workflow sends the records again."""
     reflector: Literal["noop", "custom"] = "custom"
     """The worker's reflector: with ``noop`` the workflow knows the analysis without asking."""
+    started_at: datetime | None = None
+    """Wall-clock time the tool body started (worker clock), for the audit trail."""
+    finished_at: datetime | None = None
+    """Wall-clock time the tool body returned (worker clock)."""
 
 
 class RecordTurn(BaseModel):

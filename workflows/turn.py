@@ -23,6 +23,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tooltrail.errors import ToolRecoveryExhausted, TurnError
+from tooltrail.planner import CallVerdict, plan_waves
 from tooltrail.recovery import (
     MAX_RECOVERY_ATTEMPTS,
     Action,
@@ -100,6 +101,10 @@ def _pre_answered(call: ToolCall, text: str) -> ToolDispatchResult:
     )
 
 
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
 def _raise_if_cancelled() -> None:
     # Temporal delivers workflow cancellation by cancelling the run task; when a result and
     # the cancellation arrive together, the pending request must win (spec §9.5).
@@ -144,6 +149,9 @@ class TurnWorkflow:
         self._next_seq = 0
         self._events: list[AuditEvent] = []
         self._memory: list[MemoryEntry] = []
+        # Records handed to an activity that has not reported yet: concurrent activities of a
+        # wave must not all carry the same records.
+        self._in_flight: set[int] = set()
         self._finished: list[str] = []
 
     # -- the event stream ------------------------------------------------------------------
@@ -171,13 +179,25 @@ class TurnWorkflow:
         return event
 
     def _flush(self) -> Flush:
-        return Flush(turn=self._turn, events=list(self._events), memory=list(self._memory))
+        """Take the pending records no other activity is carrying."""
+        flush = Flush(
+            turn=self._turn,
+            events=[e for e in self._events if e.seq not in self._in_flight],
+            memory=[m for m in self._memory if -1 - m.seq not in self._in_flight],
+        )
+        self._in_flight.update(e.seq for e in flush.events)
+        self._in_flight.update(-1 - m.seq for m in flush.memory)
+        return flush
 
-    def _flushed(self, flush: Flush) -> None:
-        written = {event.seq for event in flush.events}
-        self._events = [event for event in self._events if event.seq not in written]
-        kept = {entry.seq for entry in flush.memory}
-        self._memory = [entry for entry in self._memory if entry.seq not in kept]
+    def _flushed(self, flush: Flush, *, written: bool = True) -> None:
+        """Drop written records; records whose write failed are sent again later."""
+        events = {event.seq for event in flush.events}
+        memory = {entry.seq for entry in flush.memory}
+        self._in_flight.difference_update(events)
+        self._in_flight.difference_update(-1 - seq for seq in memory)
+        if written:
+            self._events = [e for e in self._events if e.seq not in events]
+            self._memory = [m for m in self._memory if m.seq not in memory]
 
     async def _record(self, status: TurnStatus, error: BaseException | None = None) -> None:
         self._turn = self._turn.model_copy(
@@ -188,13 +208,17 @@ class TurnWorkflow:
                 "error_type": None if error is None else type(error).__name__,
             }
         )
+        self._in_flight.clear()  # nothing else runs any more: send everything still pending
         flush = self._flush()
-        await workflow.execute_activity(
-            AUDIT_RECORD,
-            RecordTurn(flush=flush),
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=_RECORD_RETRY,
-        )
+        try:
+            await workflow.execute_activity(
+                AUDIT_RECORD,
+                RecordTurn(flush=flush),
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=_RECORD_RETRY,
+            )
+        finally:
+            self._in_flight.clear()
         self._flushed(flush)
 
     def _turn_end(
@@ -291,24 +315,85 @@ class TurnWorkflow:
         return ApplicationError(str(hard), type=type(hard).__name__, non_retryable=True)
 
     async def _dispatch_batch(self, inp: TurnInput) -> list[ToolDispatchResult]:
-        """Sequential dispatch (spec §9.2): one call after the other, in the model's order."""
+        """Answer unknown and malformed calls, dispatch the batch, fill slots in call order."""
         advertised = set(inp.advertised)
-        results: list[ToolDispatchResult] = []
-        for call in inp.calls:
+        slots: list[ToolDispatchResult | None] = [None] * len(inp.calls)
+        batch: list[tuple[int, ToolCall, dict[str, Any]]] = []
+        for position, call in enumerate(inp.calls):
             if call.name not in advertised:
                 # Never advertised: answered before dispatch, no events, no activity.
-                results.append(_pre_answered(call, not_available(call.name)))
+                slots[position] = _pre_answered(call, not_available(call.name))
                 self._finished.append(call.id)
                 continue
             arguments = _parse_arguments(call.arguments)
             if isinstance(arguments, str):
-                results.append(_pre_answered(call, arguments))
+                slots[position] = _pre_answered(call, arguments)
                 self._finished.append(call.id)
                 continue
-            _raise_if_cancelled()
-            results.append(await self._dispatch(call, arguments))
+            batch.append((position, call, arguments))
+        if inp.config.dispatch == "parallel" and len(batch) >= 2:
+            await self._dispatch_waves(inp, batch, slots)
+        else:
+            # Sequential (spec §9.2): the first hard error aborts; later calls never start.
+            for position, call, arguments in batch:
+                _raise_if_cancelled()
+                slots[position] = await self._dispatch(call, arguments)
+                self._finished.append(call.id)
+        return [
+            slot
+            if slot is not None
+            else _pre_answered(inp.calls[position], "dispatch produced no result")
+            for position, slot in enumerate(slots)
+        ]
+
+    async def _dispatch_waves(
+        self,
+        inp: TurnInput,
+        batch: list[tuple[int, ToolCall, dict[str, Any]]],
+        slots: list[ToolDispatchResult | None],
+    ) -> None:
+        """Parallel dispatch (spec §9.3): waves in order, calls of a wave concurrently."""
+        verdicts = inp.verdicts or []
+        plan = plan_waves(
+            [
+                verdicts[position] if position < len(verdicts) else CallVerdict()
+                for position, _call, _arguments in batch
+            ]
+        )
+        # One limit shared by every wave, bounded by the batch; granted first in, first out.
+        permits = asyncio.Semaphore(max(1, min(inp.config.max_concurrency, len(batch))))
+
+        async def run(call: ToolCall, arguments: dict[str, Any]) -> ToolDispatchResult:
+            async with permits:
+                result = await self._dispatch(call, arguments)
             self._finished.append(call.id)
-        return results
+            return result
+
+        for wave in plan:
+            _raise_if_cancelled()
+            tasks = [asyncio.create_task(run(batch[i][1], batch[i][2])) for i in wave]
+            try:
+                await workflow.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            except asyncio.CancelledError:
+                # The turn was cancelled: stop the wave's calls and let them settle first.
+                await self._cancel_and_settle(tasks)
+                raise
+            if any(task.done() and not task.cancelled() and task.exception() for task in tasks):
+                await self._cancel_and_settle(tasks)
+                # The earliest hard error in wave order wins; siblings we cancelled don't count.
+                for task in tasks:
+                    error = None if task.cancelled() else task.exception()
+                    if error is not None and not isinstance(error, asyncio.CancelledError):
+                        raise error
+            for index, task in zip(wave, tasks, strict=True):
+                slots[batch[index][0]] = task.result()
+
+    @staticmethod
+    async def _cancel_and_settle(tasks: list[asyncio.Task[ToolDispatchResult]]) -> None:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        await workflow.wait(tasks)
 
     async def _dispatch(self, call: ToolCall, arguments: dict[str, Any]) -> ToolDispatchResult:
         """Run the per-attempt pipeline (spec §2.1) for one call, retries included."""
@@ -353,6 +438,8 @@ class TurnWorkflow:
                     "resolved_tool_name": result.resolved_tool_name,
                     "input": arguments,
                     "output": result.model_dump(mode="json")["output"],
+                    "started_at": _iso(outcome.started_at),
+                    "finished_at": _iso(outcome.finished_at),
                 },
                 call_id=call.id,
                 tool=tool_name,
@@ -498,6 +585,7 @@ class TurnWorkflow:
             )
         except ActivityError as failure:
             # Temporal's infrastructure retries are spent (spec §14): a soft failed attempt.
+            self._flushed(flush, written=False)
             cause = failure.cause or failure
             return AttemptOutcome(
                 output=str(cause),
@@ -506,6 +594,5 @@ class TurnWorkflow:
                 resolved_tool_name=tool_name,
                 flushed=False,
             )
-        if outcome.flushed:
-            self._flushed(flush)
+        self._flushed(flush, written=outcome.flushed)
         return outcome

@@ -1,0 +1,63 @@
+"""The wave planner (spec §9.4), including a property test."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tooltrail.planner import CallVerdict, plan_waves
+
+
+def safe(key: str | None = None) -> CallVerdict:
+    return CallVerdict(safe=True, key=key)
+
+
+UNSAFE = CallVerdict(safe=False)
+
+
+def test_worked_example_1() -> None:
+    plan = plan_waves([safe("a"), safe("b"), UNSAFE, safe(), safe("a"), safe()])
+    assert plan == [[0, 1, 3, 5], [2], [4]]
+
+
+def test_worked_example_2_unsafe_calls_are_not_barriers() -> None:
+    assert plan_waves([safe("a"), UNSAFE, safe("b")]) == [[0, 2], [1]]
+
+
+def test_unsafe_then_safe() -> None:
+    assert plan_waves([UNSAFE, safe()]) == [[0], [1]]
+
+
+def test_resource_chain() -> None:
+    assert plan_waves([safe("/a"), safe("/a"), safe("/b")]) == [[0, 2], [1]]
+    assert plan_waves([safe("k"), safe("k"), safe("k")]) == [[0], [1], [2]]
+
+
+def test_edges() -> None:
+    assert plan_waves([]) == []
+    assert plan_waves([safe(), safe(), safe(), safe()]) == [[0, 1, 2, 3]]
+    assert plan_waves([UNSAFE, UNSAFE]) == [[0], [1]]
+
+
+verdicts = st.lists(
+    st.one_of(
+        st.just(UNSAFE),
+        st.builds(
+            CallVerdict, safe=st.just(True), key=st.one_of(st.none(), st.sampled_from("abc"))
+        ),
+    ),
+    max_size=30,
+)
+
+
+@given(verdicts)
+def test_plan_properties(calls: list[CallVerdict]) -> None:
+    plan = plan_waves(calls)
+    positions = [p for wave in plan for p in wave]
+    assert sorted(positions) == list(range(len(calls))), "every call in exactly one wave"
+    for wave in plan:
+        assert wave == sorted(wave), "model order inside a wave"
+        keys = [calls[p].key for p in wave if calls[p].key is not None]
+        assert len(keys) == len(set(keys)), "no wave holds two equal keys"
+        if any(not calls[p].safe for p in wave):
+            assert len(wave) == 1, "unsafe calls run alone"
