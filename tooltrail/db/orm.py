@@ -11,7 +11,9 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    CheckConstraint,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -23,7 +25,15 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["AuditEventRow", "Base", "MemoryEntryRow", "TurnRow"]
+__all__ = [
+    "AuditEventRow",
+    "Base",
+    "IdempotencyRecordRow",
+    "MemoryEntryRow",
+    "SessionStateRow",
+    "ToolHealthRow",
+    "TurnRow",
+]
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -96,3 +106,69 @@ class MemoryEntryRow(Base):
     content: Mapped[str] = mapped_column(Text)
     tool_call_id: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ToolHealthRow(Base):
+    """One circuit breaker per tool name, shared by every worker (spec §11).
+
+    The configuration is frozen into the row when the breaker is created, so a later config
+    change affects only breakers created after it.
+    """
+
+    __tablename__ = "tool_health"
+    __table_args__ = (
+        CheckConstraint("state IN ('closed', 'open', 'half_open')", name="state"),
+    )
+
+    tool_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16), default="closed")
+    consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
+    last_failure_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    probe_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    failure_threshold: Mapped[int] = mapped_column(Integer)
+    recovery_ms: Mapped[int] = mapped_column(BigInteger)
+    probe_timeout_ms: Mapped[int] = mapped_column(BigInteger)
+    successes: Mapped[int] = mapped_column(BigInteger, default=0)
+    failures: Mapped[int] = mapped_column(BigInteger, default=0)
+    ewma_micros: Mapped[int] = mapped_column(BigInteger, default=1_000_000)
+    """Exponentially weighted success rate, fixed point x1,000,000 (telemetry only)."""
+    last_duration_ms: Mapped[float | None] = mapped_column(Float)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class IdempotencyRecordRow(Base):
+    """One idempotency key's claim and outcome (guardrails spec §5.4)."""
+
+    __tablename__ = "idempotency_record"
+    __table_args__ = (
+        CheckConstraint("state IN ('pending', 'succeeded', 'failed')", name="state"),
+        Index(None, "expires_at"),
+    )
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tool_name: Mapped[str] = mapped_column(String(255))
+    scope_principal: Mapped[str | None] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16))
+    owner: Mapped[str] = mapped_column(String(255))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    outcome: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    source_call_id: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class SessionStateRow(Base):
+    """State that spans the turns of a session (the loop detector's window), by session.
+
+    ``version`` counts the turns that saved it, so a late write of an older turn never
+    overwrites a newer one.
+    """
+
+    __tablename__ = "session_state"
+
+    session_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    last_turn_id: Mapped[str | None] = mapped_column(String(255))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
