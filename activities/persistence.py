@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from tooltrail.db.store import AuditStore
+from activities.tool_execution import Recorder
 from tooltrail.scratch import ScratchDirs
 from tooltrail.wire import AUDIT_RECORD, SESSION_CLEANUP, CloseSessionInput, RecordTurn
 
@@ -14,14 +14,14 @@ __all__ = ["AuditActivities", "SessionActivities"]
 class AuditActivities:
     """Writes audit records that did not ride along with a tool attempt."""
 
-    def __init__(self, store: AuditStore) -> None:
-        """Wire the audit store."""
-        self.store = store
+    def __init__(self, recorder: Recorder) -> None:
+        """Wire the audit recorder."""
+        self.recorder = recorder
 
     @activity.defn(name=AUDIT_RECORD)
     async def record(self, inp: RecordTurn) -> None:
         """Write the records; a database error propagates so Temporal retries the write."""
-        await self.store.write_flush(inp.flush)
+        await self.recorder.write(inp.flush, must_persist=True)
 
 
 class SessionActivities:

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -24,13 +24,15 @@ from temporalio import activity
 
 from tooltrail.db.store import AuditStore
 from tooltrail.errors import ToolError
+from tooltrail.hooks import PostToolUseContext, PreToolUseContext, run_post_hooks, run_pre_hooks
+from tooltrail.observers import deliver
 from tooltrail.results import ToolOutput
 from tooltrail.scratch import ScratchDirs
-from tooltrail.text import not_found, panicked
+from tooltrail.text import not_found, panicked, render_text
 from tooltrail.tools import ArgumentsRejected, ToolContext, ToolRegistry, to_output
 from tooltrail.wire import TOOL_EXECUTE, AttemptOutcome, ExecuteAttempt, Flush
 
-__all__ = ["BODY_STARTED", "ToolActivities", "heartbeating", "interrupted_text"]
+__all__ = ["BODY_STARTED", "Recorder", "ToolActivities", "heartbeating", "interrupted_text"]
 
 log = logging.getLogger("tooltrail.tool")
 
@@ -71,20 +73,44 @@ async def heartbeating(*details: object) -> AsyncIterator[None]:
             await task
 
 
-async def write_flush(store: AuditStore, flush: Flush | None) -> bool:
-    """Write pending audit records; return False (and log) when the database is unreachable."""
-    if flush is None:
-        return True
-    try:
-        await store.write_flush(flush)
-    except Exception:
-        log.warning(
-            "audit write failed for turn %r; the workflow will send the records again",
-            flush.turn.turn_id,
-            exc_info=True,
-        )
-        return False
-    return True
+class Recorder:
+    """Writes the workflow's pending records and hands the events to the host's observers."""
+
+    def __init__(self, store: AuditStore, observers: Sequence[object] = ()) -> None:
+        """Wire the audit store and the observers."""
+        self.store = store
+        self.observers = list(observers)
+
+    async def write(self, flush: Flush | None, *, must_persist: bool = False) -> bool:
+        """Write (then deliver) the records; return False when the database write failed.
+
+        Args:
+            flush: the records, or ``None``.
+            must_persist: raise instead of returning False (so Temporal retries the write).
+        """
+        if flush is None:
+            return True
+        written = True
+        try:
+            await self.store.write_flush(flush)
+        except Exception:
+            if must_persist:
+                raise
+            written = False
+            log.warning(
+                "audit write failed for turn %r; the workflow will send the records again",
+                flush.turn.turn_id,
+                exc_info=True,
+            )
+        if self.observers and flush.events:
+            # At least once: records sent again after a failed write are delivered again.
+            await deliver(
+                self.observers,
+                turn_id=flush.turn.turn_id,
+                session_id=flush.turn.session_id,
+                events=flush.events,
+            )
+        return written
 
 
 class ToolActivities:
@@ -93,29 +119,78 @@ class ToolActivities:
     def __init__(
         self,
         registry: ToolRegistry,
-        store: AuditStore,
+        recorder: Recorder,
         scratch: ScratchDirs,
         *,
         noop_reflector: bool = True,
+        hooks: Sequence[object] = (),
+        hook_timeout_s: float = 30.0,
     ) -> None:
-        """Wire the registry, the audit store and the scratch directories.
+        """Wire the registry, the audit recorder and the scratch directories.
 
         Args:
             registry: the tools.
-            store: the audit database.
+            recorder: writes audit records and delivers them to observers.
             scratch: session scratch directories.
             noop_reflector: whether the host's reflector is the ``NoopReflector``; the
                 outcome tells the workflow, which then skips the reflector round trip.
+            hooks: pre/post tool hooks, in registration order.
+            hook_timeout_s: how long one hook call may take.
         """
         self.registry = registry
-        self.store = store
+        self.recorder = recorder
         self.scratch = scratch
         self.reflector: Literal["noop", "custom"] = "noop" if noop_reflector else "custom"
+        self.hooks = list(hooks)
+        self.hook_timeout_s = hook_timeout_s
 
     @activity.defn(name=TOOL_EXECUTE)
     async def execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
-        """Write pending audit records, then run one attempt of one call."""
-        flushed = await write_flush(self.store, inp.flush)
+        """Write pending audit records, then run one attempt: pre hooks, body, post hooks."""
+        flushed = await self.recorder.write(inp.flush)
+        if self.hooks and not inp.skip_pre_hooks:
+            decision = await run_pre_hooks(
+                self.hooks,
+                PreToolUseContext(
+                    tool_name=inp.tool_name,
+                    input=inp.arguments,
+                    session_id=inp.session_id,
+                    turn_id=inp.turn_id,
+                    tool_call_id=inp.tool_call_id,
+                ),
+                timeout_s=self.hook_timeout_s,
+            )
+            if decision is not None:
+                # Blocked (or waiting for a human): the tool never runs, no post hooks.
+                return AttemptOutcome(
+                    output=decision.text,
+                    is_error=True,
+                    duration_ms=0.0,
+                    resolved_tool_name=inp.tool_name,
+                    flushed=flushed,
+                    reflector=self.reflector,
+                    hook=decision,
+                )
+        outcome = await self._attempt(inp, flushed)
+        if self.hooks:
+            outcome.post_hook_errors = await run_post_hooks(
+                self.hooks,
+                PostToolUseContext(
+                    tool_name=inp.tool_name,
+                    input=inp.arguments,
+                    output=render_text(outcome.output),
+                    is_error=outcome.is_error,
+                    duration_ms=int(outcome.duration_ms),
+                    session_id=inp.session_id,
+                    turn_id=inp.turn_id,
+                    tool_call_id=inp.tool_call_id,
+                ),
+                timeout_s=self.hook_timeout_s,
+            )
+        return outcome
+
+    async def _attempt(self, inp: ExecuteAttempt, flushed: bool) -> AttemptOutcome:
+        """The registry core: lookup, validation, the body with exception isolation."""
         tool = self.registry.lookup(inp.tool_name)
         if tool is None:
             return AttemptOutcome(

@@ -353,6 +353,83 @@ def audit_show(
         console.print(results_table(results, title="Results returned to the model"))
 
 
+def _client_options() -> tuple[str, str]:
+    settings = Settings()
+    return settings.temporal_address, settings.namespace
+
+
+async def _turn_handle(turn_id: str, temporal_address: str | None) -> Any:
+    from tooltrail.client import TurnHandle
+    from tooltrail.wire import TurnOutput
+    from tooltrail.worker import connect_client
+
+    address, namespace = _client_options()
+    client = await connect_client(temporal_address or address, namespace=namespace)
+    return TurnHandle(client.get_workflow_handle(turn_id, result_type=TurnOutput))
+
+
+AddressOption = Annotated[
+    str | None, typer.Option(envvar="TOOLTRAIL_TEMPORAL_ADDRESS", help="HOST:PORT")
+]
+
+
+@app.command()
+def approve(
+    turn_id: Annotated[str, typer.Argument(help="The turn id.")],
+    call_id: Annotated[str, typer.Argument(help="The tool call id waiting for approval.")],
+    by: Annotated[str | None, typer.Option(help="Who approves (recorded).")] = None,
+    temporal_address: AddressOption = None,
+) -> None:
+    """Approve a call of an interactive turn that a hook parked with Ask."""
+
+    async def go() -> None:
+        handle = await _turn_handle(turn_id, temporal_address)
+        await handle.approve(call_id, by=by or os.environ.get("USER"))
+
+    _run(go())
+    console.print(f"approved {call_id} of {turn_id}")
+
+
+@app.command()
+def deny(
+    turn_id: Annotated[str, typer.Argument(help="The turn id.")],
+    call_id: Annotated[str, typer.Argument(help="The tool call id waiting for approval.")],
+    reason: Annotated[str, typer.Option(help="Why (the model reads it).")],
+    by: Annotated[str | None, typer.Option(help="Who denies (recorded).")] = None,
+    temporal_address: AddressOption = None,
+) -> None:
+    """Deny a call of an interactive turn that a hook parked with Ask."""
+
+    async def go() -> None:
+        handle = await _turn_handle(turn_id, temporal_address)
+        await handle.deny(call_id, reason, by=by or os.environ.get("USER"))
+
+    _run(go())
+    console.print(f"denied {call_id} of {turn_id}")
+
+
+@app.command()
+def approvals(
+    turn_id: Annotated[str, typer.Argument(help="The turn id.")],
+    temporal_address: AddressOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """List the calls of a turn waiting for approval."""
+
+    async def go() -> list[Any]:
+        handle = await _turn_handle(turn_id, temporal_address)
+        pending: list[Any] = await handle.pending_approvals()
+        return pending
+
+    pending = _run(go())
+    if json_output:
+        print_json(console, [p.model_dump(mode="json") for p in pending])
+    elif not pending:
+        console.print("nothing is waiting for approval")
+    for item in pending if not json_output else []:
+        console.print(f"{item.tool_call_id}  {item.tool_name}  {item.question}")
+
+
 @db_app.command("upgrade")
 def db_upgrade(
     database_url: DatabaseOption = None,

@@ -13,7 +13,12 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
 
@@ -34,7 +39,15 @@ from tooltrail.results import ToolCall
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
 from tooltrail.tools import Tool, ToolRegistry
-from tooltrail.wire import AuditEvent, CloseSessionInput, MemoryEntry, TurnInput, TurnOutput
+from tooltrail.wire import (
+    ApprovalInput,
+    AuditEvent,
+    CloseSessionInput,
+    MemoryEntry,
+    PendingApproval,
+    TurnInput,
+    TurnOutput,
+)
 from tooltrail.worker import build_worker, connect_client
 
 __all__ = ["Tooltrail", "TurnHandle", "TurnResult", "connect", "local"]
@@ -92,6 +105,39 @@ class TurnHandle:
     async def cancel(self) -> None:
         """Request cancellation; ``result()`` then raises ``TurnCancelled``."""
         await self._handle.cancel()
+
+    async def pending_approvals(self) -> list[PendingApproval]:
+        """The calls of an interactive turn waiting for a human's decision."""
+        pending: list[PendingApproval] = await self._handle.query(
+            "pending_approvals", result_type=list[PendingApproval]
+        )
+        return pending
+
+    async def approve(self, tool_call_id: str, *, by: str | None = None) -> None:
+        """Approve a call parked on a hook's ``Ask``; it runs at once.
+
+        Raises:
+            ConfigurationError: the call is not waiting for approval.
+        """
+        await self._answer(ApprovalInput(tool_call_id=tool_call_id, approved=True, by=by))
+
+    async def deny(self, tool_call_id: str, reason: str, *, by: str | None = None) -> None:
+        """Deny a call parked on a hook's ``Ask``; the model reads ``reason``.
+
+        Raises:
+            ConfigurationError: the call is not waiting for approval.
+        """
+        await self._answer(
+            ApprovalInput(tool_call_id=tool_call_id, approved=False, reason=reason, by=by)
+        )
+
+    async def _answer(self, answer: ApprovalInput) -> None:
+        try:
+            await self._handle.execute_update("approval", answer)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(cause)
+            raise ConfigurationError(message) from exc
 
 
 class Tooltrail:

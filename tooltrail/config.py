@@ -41,3 +41,7 @@ class RunConfig(BaseModel):
     """Temporal heartbeat timeout of a tool attempt: how fast a lost worker is noticed."""
     infrastructure_retries: int = Field(default=5, ge=1)
     """Temporal attempts of one tool attempt after infrastructure failures (lost worker)."""
+    interactive: bool = False
+    """A hook's ``Ask`` waits for a human's approval (a Temporal Update) instead of refusing."""
+    approval_timeout_s: float = Field(default=3600.0, gt=0)
+    """How long an interactive ``Ask`` waits before falling back to the headless refusal."""

@@ -36,6 +36,7 @@ class Host:
         database_url: str | None = None,
         scratch_base: Path | None = None,
         managed_scratch: bool = True,
+        hook_timeout_s: float = 30.0,
     ) -> None:
         """Wire a host.
 
@@ -51,6 +52,7 @@ class Host:
             database_url: the audit database; ``None`` means the embedded SQLite file.
             scratch_base: where session scratch directories go (default: the temp dir).
             managed_scratch: ``False`` gives tools the system temp dir instead.
+            hook_timeout_s: how long one hook call may take before it counts as an error.
         """
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.hooks = list(hooks)
@@ -63,6 +65,7 @@ class Host:
         self.database_url = database_url
         self.scratch_base = scratch_base
         self.managed_scratch = managed_scratch
+        self.hook_timeout_s = hook_timeout_s
 
     @classmethod
     def coerce(cls, value: Host | ToolRegistry | Iterable[Tool]) -> Host:

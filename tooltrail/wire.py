@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from tooltrail.config import RunConfig
+from tooltrail.hooks import HookDecision
 from tooltrail.planner import CallVerdict
 from tooltrail.recovery import Analysis
 from tooltrail.results import Part, ToolCall, ToolDispatchResult
@@ -22,6 +23,7 @@ __all__ = [
     "RECOVERY_REFLECT",
     "SESSION_CLEANUP",
     "TOOL_EXECUTE",
+    "ApprovalInput",
     "AttemptOutcome",
     "AuditEvent",
     "CloseSessionInput",
@@ -29,6 +31,7 @@ __all__ = [
     "ExecuteAttempt",
     "Flush",
     "MemoryEntry",
+    "PendingApproval",
     "RecordTurn",
     "ReflectInput",
     "ReflectOutcome",
@@ -160,6 +163,8 @@ class ExecuteAttempt(BaseModel):
     arguments: dict[str, Any]
     attempt: int
     flush: Flush | None = None
+    skip_pre_hooks: bool = False
+    """True when a human already approved this attempt (interactive ``Ask``)."""
 
 
 class AttemptOutcome(BaseModel):
@@ -178,6 +183,10 @@ class AttemptOutcome(BaseModel):
     """Wall-clock time the tool body started (worker clock), for the audit trail."""
     finished_at: datetime | None = None
     """Wall-clock time the tool body returned (worker clock)."""
+    hook: HookDecision | None = None
+    """A pre-tool hook's Block or Ask: the tool did not run."""
+    post_hook_errors: list[str] = Field(default_factory=list)
+    """Post-tool hooks that raised (logged and ignored)."""
 
 
 class RecordTurn(BaseModel):
@@ -212,3 +221,23 @@ class ReflectOutcome(BaseModel):
     analysis: Analysis | None = None
     error: str | None = None
     """Set when the reflector raised: recovery then fails softly."""
+
+
+class ApprovalInput(BaseModel):
+    """A human's answer to a hook's ``Ask`` (the ``approval`` Update of ``TurnWorkflow``)."""
+
+    tool_call_id: str
+    approved: bool
+    reason: str | None = None
+    """Why it was denied (the model reads it)."""
+    by: str | None = None
+    """Who decided (recorded in the audit trail)."""
+
+
+class PendingApproval(BaseModel):
+    """A call parked until a human decides (the ``pending_approvals`` query)."""
+
+    tool_call_id: str
+    tool_name: str
+    question: str
+    arguments: dict[str, Any]

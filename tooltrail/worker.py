@@ -13,6 +13,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import AuditActivities, RecoveryActivities, SessionActivities, ToolActivities
+from activities.tool_execution import Recorder
 from tooltrail.db.migrate import check_schema
 from tooltrail.db.store import AuditStore
 from tooltrail.errors import ConfigurationError
@@ -58,13 +59,16 @@ def build_worker(
     """
     host.registry.freeze()
     scratch = scratch or ScratchDirs(host.scratch_base, enabled=host.managed_scratch)
+    recorder = Recorder(store, host.observers)
     tools = ToolActivities(
         host.registry,
-        store,
+        recorder,
         scratch,
         noop_reflector=type(host.reflector) is NoopReflector,
+        hooks=host.hooks,
+        hook_timeout_s=host.hook_timeout_s,
     )
-    audit = AuditActivities(store)
+    audit = AuditActivities(recorder)
     sessions = SessionActivities(scratch)
     recovery = RecoveryActivities(host.reflector, host.registry)
     return Worker(

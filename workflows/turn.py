@@ -23,6 +23,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tooltrail.errors import ToolRecoveryExhausted, TurnError
+from tooltrail.hooks import HookDecision, headless_ask_text
 from tooltrail.planner import CallVerdict, plan_waves
 from tooltrail.recovery import (
     MAX_RECOVERY_ATTEMPTS,
@@ -46,11 +47,13 @@ from tooltrail.wire import (
     AUDIT_RECORD,
     RECOVERY_REFLECT,
     TOOL_EXECUTE,
+    ApprovalInput,
     AttemptOutcome,
     AuditEvent,
     ExecuteAttempt,
     Flush,
     MemoryEntry,
+    PendingApproval,
     RecordTurn,
     ReflectInput,
     ReflectOutcome,
@@ -153,6 +156,29 @@ class TurnWorkflow:
         # wave must not all carry the same records.
         self._in_flight: set[int] = set()
         self._finished: list[str] = []
+        # Interactive approvals: calls parked on a hook's Ask, and the answers received.
+        self._waiting: dict[str, PendingApproval] = {}
+        self._answers: dict[str, ApprovalInput] = {}
+
+    # -- interactive approvals -----------------------------------------------------------
+
+    @workflow.update(name="approval")
+    async def approval(self, answer: ApprovalInput) -> None:
+        """Approve or deny a call parked on a hook's ``Ask``."""
+        self._answers[answer.tool_call_id] = answer
+
+    @approval.validator
+    def _validate_approval(self, answer: ApprovalInput) -> None:
+        if answer.tool_call_id not in self._waiting:
+            waiting = ", ".join(sorted(self._waiting)) or "none"
+            raise ValueError(
+                f"call {answer.tool_call_id!r} is not waiting for approval (waiting: {waiting})"
+            )
+
+    @workflow.query(name="pending_approvals")
+    def pending_approvals(self) -> list[PendingApproval]:
+        """The calls waiting for a human, in the order they asked."""
+        return list(self._waiting.values())
 
     # -- the event stream ------------------------------------------------------------------
 
@@ -409,11 +435,19 @@ class TurnWorkflow:
                 tool=tool_name,
                 attempt=attempt,
             )
-            # 2 HOOKS, 3 DETECT and 4 GATE join here as their components land.
+            # 2 HOOKS run first thing in the tool activity (sharing its round trip); 3 DETECT
+            # and 4 GATE join here as their components land.
             # 5 EXECUTE: a pending cancellation wins before and after the activity.
             _raise_if_cancelled()
             outcome = await self._execute(call, tool_name, arguments, attempt)
             _raise_if_cancelled()
+            if outcome.hook is not None:
+                refused = await self._hook_decision(
+                    call, tool_name, arguments, attempt, outcome.hook, outcome
+                )
+                if isinstance(refused, ToolDispatchResult):
+                    return refused
+                outcome = refused
             # The model-issued id is stamped here, whatever the layers below returned.
             result = ToolDispatchResult(
                 tool_call_id=call.id,
@@ -423,28 +457,10 @@ class TurnWorkflow:
                 resolved_tool_name=outcome.resolved_tool_name or tool_name,
                 display_hint=outcome.display_hint,
             )
-            # 6 POST: b. on_tool_post (6a detection, 6c hooks and 6d health join here)
+            # 6 POST: b. on_tool_post (6a detection and 6d health join here; 6c post hooks ran
+            # in the activity, after the body, and their errors are recorded with the event)
             text = render_text(result.output)
-            post = self._emit(
-                "tool_post",
-                {
-                    "turn": self._turn.turn_id,
-                    "tool_call_id": call.id,
-                    "tool": tool_name,
-                    "result_hash": stable_hash(text),
-                    "is_error": result.is_error,
-                    "duration": result.duration_ms,
-                    "display_hint": result.display_hint,
-                    "resolved_tool_name": result.resolved_tool_name,
-                    "input": arguments,
-                    "output": result.model_dump(mode="json")["output"],
-                    "started_at": _iso(outcome.started_at),
-                    "finished_at": _iso(outcome.finished_at),
-                },
-                call_id=call.id,
-                tool=tool_name,
-                attempt=attempt,
-            )
+            post = self._post_event(call, tool_name, attempt, arguments, result, outcome)
             # 6e memory: successful results only.
             if not result.is_error:
                 self._remember(call, tool_name, arguments, text, post)
@@ -472,6 +488,96 @@ class TurnWorkflow:
             if attempt > MAX_RECOVERY_ATTEMPTS:
                 raise ToolRecoveryExhausted(original_tool, attempt)
             tool_name, arguments = new_tool, new_arguments
+
+    def _post_event(
+        self,
+        call: ToolCall,
+        tool_name: str,
+        attempt: int,
+        arguments: dict[str, Any],
+        result: ToolDispatchResult,
+        outcome: AttemptOutcome,
+    ) -> AuditEvent:
+        payload: dict[str, Any] = {
+            "turn": self._turn.turn_id,
+            "tool_call_id": call.id,
+            "tool": tool_name,
+            "result_hash": stable_hash(render_text(result.output)),
+            "is_error": result.is_error,
+            "duration": result.duration_ms,
+            "display_hint": result.display_hint,
+            "resolved_tool_name": result.resolved_tool_name,
+            "input": arguments,
+            "output": result.model_dump(mode="json")["output"],
+            "started_at": _iso(outcome.started_at),
+            "finished_at": _iso(outcome.finished_at),
+        }
+        if outcome.post_hook_errors:
+            payload["post_hook_errors"] = outcome.post_hook_errors
+        return self._emit("tool_post", payload, call_id=call.id, tool=tool_name, attempt=attempt)
+
+    async def _hook_decision(
+        self,
+        call: ToolCall,
+        tool_name: str,
+        arguments: dict[str, Any],
+        attempt: int,
+        hook: HookDecision,
+        outcome: AttemptOutcome,
+    ) -> ToolDispatchResult | AttemptOutcome:
+        """Turn a hook's Block/Ask into the refusal, or an approved Ask into the attempt."""
+        payload: dict[str, Any] = {"decision": hook.decision, "hook": hook.hook, "text": hook.text}
+        text = hook.text
+        if hook.decision == "ask":
+            if not self._input.config.interactive:
+                text = headless_ask_text(hook.text)
+                payload["outcome"] = "refused (session not interactive)"
+            else:
+                answer = await self._await_approval(call, tool_name, arguments, hook.text)
+                if answer is None:
+                    text = headless_ask_text(hook.text)
+                    payload["outcome"] = "refused (no answer in time)"
+                elif answer.approved:
+                    payload.update(outcome="approved", by=answer.by)
+                    self._emit(
+                        "hook_decision", payload, call_id=call.id, tool=tool_name, attempt=attempt
+                    )
+                    # Approved: the attempt goes on at step 3, without asking the hooks again.
+                    return await self._execute(
+                        call, tool_name, arguments, attempt, skip_pre_hooks=True
+                    )
+                else:
+                    text = answer.reason or f"denied by {answer.by or 'a reviewer'}"
+                    payload.update(outcome="denied", by=answer.by, reason=answer.reason)
+        self._emit("hook_decision", payload, call_id=call.id, tool=tool_name, attempt=attempt)
+        # A refusal: reason verbatim, duration 0, no detection, health, memory or recovery.
+        result = ToolDispatchResult(
+            tool_call_id=call.id,
+            output=text,
+            is_error=True,
+            duration_ms=0.0,
+            resolved_tool_name=tool_name,
+        )
+        self._post_event(call, tool_name, attempt, arguments, result, outcome)
+        return result
+
+    async def _await_approval(
+        self, call: ToolCall, tool_name: str, arguments: dict[str, Any], question: str
+    ) -> ApprovalInput | None:
+        """Park the call until the ``approval`` Update arrives or the timeout passes."""
+        self._waiting[call.id] = PendingApproval(
+            tool_call_id=call.id, tool_name=tool_name, question=question, arguments=arguments
+        )
+        try:
+            await workflow.wait_condition(
+                lambda: call.id in self._answers,
+                timeout=timedelta(seconds=self._input.config.approval_timeout_s),
+            )
+        except TimeoutError:
+            return None
+        finally:
+            del self._waiting[call.id]
+        return self._answers.pop(call.id)
 
     def _remember(
         self,
@@ -552,7 +658,13 @@ class TurnWorkflow:
         )
 
     async def _execute(
-        self, call: ToolCall, tool_name: str, arguments: dict[str, Any], attempt: int
+        self,
+        call: ToolCall,
+        tool_name: str,
+        arguments: dict[str, Any],
+        attempt: int,
+        *,
+        skip_pre_hooks: bool = False,
     ) -> AttemptOutcome:
         """Run one attempt as an activity; infrastructure failures become soft results."""
         config = self._input.config
@@ -573,6 +685,7 @@ class TurnWorkflow:
                     arguments=arguments,
                     attempt=attempt,
                     flush=flush,
+                    skip_pre_hooks=skip_pre_hooks,
                 ),
                 result_type=AttemptOutcome,
                 start_to_close_timeout=timeout,
