@@ -223,3 +223,23 @@ async def test_observers_get_the_stream_in_order(stack: StackFactory) -> None:
         "b",
     ]
     assert len(broken.events) == len(watcher.events), "a raising observer still gets every event"
+
+
+async def test_observers_keep_seq_order_in_parallel_waves(stack: StackFactory) -> None:
+    @tool(concurrent_safe=True)
+    async def nap(ms: int) -> str:
+        await asyncio.sleep(ms / 1000)
+        return "ok"
+
+    watcher = Watcher()
+    async with stack(Host([nap], observers=[watcher])) as tt:
+        await tt.run_turn(
+            [ToolCall(f"c{i}", "nap", {"ms": (i * 37) % 100}) for i in range(8)],
+            session_id="s",
+            config=RunConfig(dispatch="parallel", max_concurrency=4),
+        )
+    first_seen: list[int] = []
+    for event in watcher.events:
+        if event.seq not in first_seen:
+            first_seen.append(event.seq)
+    assert first_seen == sorted(first_seen)

@@ -152,8 +152,7 @@ class TurnWorkflow:
         self._next_seq = 0
         self._events: list[AuditEvent] = []
         self._memory: list[MemoryEntry] = []
-        # Records handed to an activity that has not reported yet: concurrent activities of a
-        # wave must not all carry the same records.
+        # Records handed to an activity that has not reported yet (memory entries as -1 - seq).
         self._in_flight: set[int] = set()
         self._finished: list[str] = []
         # Interactive approvals: calls parked on a hook's Ask, and the answers received.
@@ -205,7 +204,13 @@ class TurnWorkflow:
         return event
 
     def _flush(self) -> Flush:
-        """Take the pending records no other activity is carrying."""
+        """Take the pending records, unless another activity is carrying some.
+
+        One flush at a time keeps the writes, and so the observers' deliveries, in ``seq``
+        order even when the calls of a wave run concurrently.
+        """
+        if self._in_flight:
+            return Flush(turn=self._turn)
         flush = Flush(
             turn=self._turn,
             events=[e for e in self._events if e.seq not in self._in_flight],
