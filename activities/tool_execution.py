@@ -171,6 +171,16 @@ class ToolActivities:
                     reflector=self.reflector,
                     hook=decision,
                 )
+        if inp.hooks_only:
+            # The hooks let the attempt through; the workflow refuses it (a loop stop).
+            return AttemptOutcome(
+                output="",
+                is_error=False,
+                duration_ms=0.0,
+                resolved_tool_name=inp.tool_name,
+                flushed=flushed,
+                reflector=self.reflector,
+            )
         outcome = await self._attempt(inp, flushed)
         if self.hooks:
             outcome.post_hook_errors = await run_post_hooks(

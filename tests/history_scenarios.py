@@ -36,6 +36,7 @@ from tooltrail import (
 from tooltrail.db.migrate import upgrade
 from tooltrail.db.store import AuditStore
 from tooltrail.embedded import start_dev_server
+from tooltrail.hooks import Ask, Block, PreToolUseContext
 from tooltrail.results import TextPart
 from tooltrail.worker import build_worker
 
@@ -190,6 +191,45 @@ async def parallel_hard_error(tt: Tooltrail) -> str:
     return handle.turn_id
 
 
+async def loop_stop(tt: Tooltrail) -> str:
+    handle = await tt.start_turn(
+        [ToolCall(f"c{i}", "echo", {"text": "again"}) for i in range(11)], session_id="hist-loop"
+    )
+    with contextlib.suppress(TooltrailError):
+        await handle.result()
+    return handle.turn_id
+
+
+class Gatekeeper:
+    """Blocks 'fails', asks about 'multipart', allows the rest."""
+
+    async def pre_tool(self, ctx: PreToolUseContext) -> Block | Ask | None:
+        if ctx.tool_name == "fails":
+            return Block("not this one")
+        if ctx.tool_name == "multipart":
+            return Ask("really?")
+        return None
+
+
+async def hooks_and_approval(tt: Tooltrail) -> str:
+    handle = await tt.start_turn(
+        [
+            ToolCall("c1", "fails", {}),
+            ToolCall("c2", "multipart", {}),
+            ToolCall("c3", "echo", {"text": "ok"}),
+        ],
+        session_id="hist",
+        config=RunConfig(interactive=True),
+    )
+    for _ in range(200):
+        if await handle.pending_approvals():
+            break
+        await asyncio.sleep(0.05)
+    await handle.approve("c2", by="recorder")
+    await handle.result()
+    return handle.turn_id
+
+
 async def close_session(tt: Tooltrail) -> str:
     await tt.run_turn([ToolCall("c1", "echo", {"text": "x"})], session_id="closing")
     workflow_id = f"close-session-closing-{uuid.uuid4()}"
@@ -214,6 +254,8 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "close_session": (close_session, Host(TOOLS)),
     "parallel_waves": (parallel_waves, Host(TOOLS)),
     "parallel_hard_error": (parallel_hard_error, Host(TOOLS, reflector=AlwaysRecoverable())),
+    "loop_stop": (loop_stop, Host(TOOLS)),
+    "hooks_and_approval": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
 }
 
 

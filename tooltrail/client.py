@@ -43,6 +43,7 @@ from tooltrail.wire import (
     ApprovalInput,
     AuditEvent,
     CloseSessionInput,
+    HostFeatures,
     MemoryEntry,
     PendingApproval,
     TurnInput,
@@ -167,6 +168,7 @@ class Tooltrail:
         config: RunConfig | None = None,
         turn_id: str | None = None,
         execution_timeout: timedelta | None = None,
+        ends_run: bool = False,
     ) -> TurnHandle:
         """Start a turn workflow and return its handle.
 
@@ -177,6 +179,8 @@ class Tooltrail:
             config: dispatch configuration.
             turn_id: the turn (workflow) id; a new one by default. Ids are never reused.
             execution_timeout: an optional limit for the whole turn.
+            ends_run: this turn ends the run (a loop pattern at stop level is then cleared,
+                so the session's next run starts clean).
 
         Raises:
             ConfigurationError: ``turn_id`` was already used.
@@ -184,6 +188,7 @@ class Tooltrail:
         turn_id = turn_id or f"turn-{uuid.uuid4()}"
         names = self.host.registry.names() if advertised is None else list(advertised)
         config = config or RunConfig()
+        session = await self.store.session_state(session_id)
         inp = TurnInput(
             session_id=session_id,
             calls=list(calls),
@@ -191,6 +196,9 @@ class Tooltrail:
             config=config,
             tools=self.host.tool_meta(),
             verdicts=self.host.verdicts(calls) if config.dispatch == "parallel" else None,
+            features=HostFeatures(hooks=bool(self.host.hooks), memory=self.host.memory),
+            session=session,
+            ends_run=ends_run,
         )
         try:
             handle = await self.client.start_workflow(
@@ -219,10 +227,16 @@ class Tooltrail:
         advertised: Iterable[str] | None = None,
         config: RunConfig | None = None,
         turn_id: str | None = None,
+        ends_run: bool = False,
     ) -> TurnResult:
         """Run a turn to completion; see ``start_turn`` and ``TurnHandle.result``."""
         handle = await self.start_turn(
-            calls, session_id=session_id, advertised=advertised, config=config, turn_id=turn_id
+            calls,
+            session_id=session_id,
+            advertised=advertised,
+            config=config,
+            turn_id=turn_id,
+            ends_run=ends_run,
         )
         return await handle.result()
 

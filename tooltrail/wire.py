@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from tooltrail.config import RunConfig
+from tooltrail.detection import LoopDetector
 from tooltrail.hooks import HookDecision
 from tooltrail.planner import CallVerdict
 from tooltrail.recovery import Analysis
@@ -30,11 +31,13 @@ __all__ = [
     "EventKind",
     "ExecuteAttempt",
     "Flush",
+    "HostFeatures",
     "MemoryEntry",
     "PendingApproval",
     "RecordTurn",
     "ReflectInput",
     "ReflectOutcome",
+    "SessionState",
     "ToolMeta",
     "TurnInput",
     "TurnOutput",
@@ -117,12 +120,32 @@ class TurnRecord(BaseModel):
     error_type: str | None = None
 
 
+class SessionState(BaseModel):
+    """What carries from one turn of a session to the next (stored in ``session_state``)."""
+
+    version: int = 0
+    """How many turns saved it; a write never replaces a newer version."""
+    detector: LoopDetector = Field(default_factory=LoopDetector)
+    """The loop detector's window and warned set."""
+
+
 class Flush(BaseModel):
     """Audit records produced by the workflow since the last successful write."""
 
     turn: TurnRecord
     events: list[AuditEvent] = Field(default_factory=list)
     memory: list[MemoryEntry] = Field(default_factory=list)
+    session: SessionState | None = None
+    """The session's state at the end of the turn (final record only)."""
+
+
+class HostFeatures(BaseModel):
+    """What the host wiring installs, as far as the workflow must know it."""
+
+    hooks: bool = False
+    """Pre/post tool hooks are installed (a loop stop must ask them first)."""
+    memory: bool = True
+    """Successful calls write trajectory memory."""
 
 
 class ToolMeta(BaseModel):
@@ -144,6 +167,11 @@ class TurnInput(BaseModel):
     verdicts: list[CallVerdict] | None = None
     """Per call, the tool's concurrency declaration evaluated on its arguments (parallel
     mode); ``None`` plans every call as unsafe."""
+    features: HostFeatures = Field(default_factory=HostFeatures)
+    session: SessionState = Field(default_factory=SessionState)
+    """The session's state as the previous turn left it."""
+    ends_run: bool = False
+    """This turn ends a run: a loop pattern at stop level is cleared for the next run."""
 
 
 class TurnOutput(BaseModel):
@@ -165,6 +193,9 @@ class ExecuteAttempt(BaseModel):
     flush: Flush | None = None
     skip_pre_hooks: bool = False
     """True when a human already approved this attempt (interactive ``Ask``)."""
+    hooks_only: bool = False
+    """Run the pre-tool hooks and stop: the loop detector refuses this attempt unless a hook
+    blocks it first (hooks come before detection)."""
 
 
 class AttemptOutcome(BaseModel):

@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tooltrail.errors import ToolRecoveryExhausted, TurnError
+from tooltrail.detection import LoopCheck, operation_for
+from tooltrail.errors import LoopDetected, ToolRecoveryExhausted, TurnError
 from tooltrail.hooks import HookDecision, headless_ask_text
 from tooltrail.planner import CallVerdict, plan_waves
 from tooltrail.recovery import (
@@ -57,6 +58,7 @@ from tooltrail.wire import (
     RecordTurn,
     ReflectInput,
     ReflectOutcome,
+    SessionState,
     TurnInput,
     TurnOutput,
     TurnRecord,
@@ -158,6 +160,8 @@ class TurnWorkflow:
         # Interactive approvals: calls parked on a hook's Ask, and the answers received.
         self._waiting: dict[str, PendingApproval] = {}
         self._answers: dict[str, ApprovalInput] = {}
+        # Session-scoped state carried in from the previous turn and out to the next.
+        self._detector = inp.session.detector.model_copy(deep=True)
 
     # -- interactive approvals -----------------------------------------------------------
 
@@ -240,7 +244,16 @@ class TurnWorkflow:
             }
         )
         self._in_flight.clear()  # nothing else runs any more: send everything still pending
-        flush = self._flush()
+        detection = self._input.config.detection
+        if self._input.ends_run and detection.enabled:
+            self._detector.end_of_run(detection)
+        flush = self._flush().model_copy(
+            update={
+                "session": SessionState(
+                    version=self._input.session.version + 1, detector=self._detector
+                )
+            }
+        )
         try:
             await workflow.execute_activity(
                 AUDIT_RECORD,
@@ -343,6 +356,10 @@ class TurnWorkflow:
                 type="ToolRecoveryExhausted",
                 non_retryable=True,
             )
+        if isinstance(hard, LoopDetected):
+            return ApplicationError(
+                str(hard), hard.message, type="LoopDetected", non_retryable=True
+            )
         return ApplicationError(str(hard), type=type(hard).__name__, non_retryable=True)
 
     async def _dispatch_batch(self, inp: TurnInput) -> list[ToolDispatchResult]:
@@ -440,19 +457,9 @@ class TurnWorkflow:
                 tool=tool_name,
                 attempt=attempt,
             )
-            # 2 HOOKS run first thing in the tool activity (sharing its round trip); 3 DETECT
-            # and 4 GATE join here as their components land.
-            # 5 EXECUTE: a pending cancellation wins before and after the activity.
-            _raise_if_cancelled()
-            outcome = await self._execute(call, tool_name, arguments, attempt)
-            _raise_if_cancelled()
-            if outcome.hook is not None:
-                refused = await self._hook_decision(
-                    call, tool_name, arguments, attempt, outcome.hook, outcome
-                )
-                if isinstance(refused, ToolDispatchResult):
-                    return refused
-                outcome = refused
+            outcome = await self._gated_attempt(call, tool_name, arguments, attempt)
+            if isinstance(outcome, ToolDispatchResult):
+                return outcome  # refused before execution: no POST phase, no recovery
             # The model-issued id is stamped here, whatever the layers below returned.
             result = ToolDispatchResult(
                 tool_call_id=call.id,
@@ -462,13 +469,18 @@ class TurnWorkflow:
                 resolved_tool_name=outcome.resolved_tool_name or tool_name,
                 display_hint=outcome.display_hint,
             )
-            # 6 POST: b. on_tool_post (6a detection and 6d health join here; 6c post hooks ran
-            # in the activity, after the body, and their errors are recorded with the event)
+            # 6 POST: a. record detection before observers hear of the result; b. on_tool_post
+            # (6c post hooks ran in the activity, after the body; 6d health joins here)
             text = render_text(result.output)
+            if self._input.config.detection.enabled:
+                self._detector.record(
+                    operation_for(tool_name, arguments, text), self._input.config.detection
+                )
             post = self._post_event(call, tool_name, attempt, arguments, result, outcome)
             # 6e memory: successful results only.
             if not result.is_error:
-                self._remember(call, tool_name, arguments, text, post)
+                if self._input.features.memory:
+                    self._remember(call, tool_name, arguments, text, post)
                 # 7
                 return result
             # 8 RECOVER
@@ -494,6 +506,49 @@ class TurnWorkflow:
                 raise ToolRecoveryExhausted(original_tool, attempt)
             tool_name, arguments = new_tool, new_arguments
 
+    async def _gated_attempt(
+        self, call: ToolCall, tool_name: str, arguments: dict[str, Any], attempt: int
+    ) -> AttemptOutcome | ToolDispatchResult:
+        """Steps 2-5: hooks, the loop pre-check, the gate and the execution.
+
+        Returns the attempt's outcome, or the refusal result when a hook refused it.
+        """
+        # 2 HOOKS run first thing in the tool activity (sharing its round trip); 3 DETECT is
+        # a pure read of the window, decided here; 4 GATE joins as it lands.
+        check = self._loop_check()
+        if check is not None and check.should_stop:
+            if self._input.features.hooks:
+                # Step 2 comes before step 3: a hook's block is the answer, not the loop.
+                asked = await self._execute(call, tool_name, arguments, attempt, hooks_only=True)
+                if asked.hook is not None:
+                    refusal = await self._hook_decision(
+                        call, tool_name, arguments, attempt, asked.hook
+                    )
+                    if refusal is not None:
+                        return refusal
+            self._loop_stop(call, tool_name, arguments, attempt, check)
+        # 5 EXECUTE: a pending cancellation wins before and after the activity.
+        _raise_if_cancelled()
+        outcome = await self._execute(call, tool_name, arguments, attempt)
+        _raise_if_cancelled()
+        if outcome.hook is not None:
+            refusal = await self._hook_decision(call, tool_name, arguments, attempt, outcome.hook)
+            if refusal is not None:
+                return refusal
+            # Approved by a human: the attempt goes on, without asking the hooks again.
+            outcome = await self._execute(call, tool_name, arguments, attempt, skip_pre_hooks=True)
+            _raise_if_cancelled()
+        if check is not None and check.pattern is not None:
+            # The warn band: observers hear of the pattern; dispatch went ahead.
+            self._emit(
+                "loop_detected",
+                {"pattern": check.pattern, "repetitions": check.repetitions, "stop": False},
+                call_id=call.id,
+                tool=tool_name,
+                attempt=attempt,
+            )
+        return outcome
+
     def _post_event(
         self,
         call: ToolCall,
@@ -501,7 +556,7 @@ class TurnWorkflow:
         attempt: int,
         arguments: dict[str, Any],
         result: ToolDispatchResult,
-        outcome: AttemptOutcome,
+        outcome: AttemptOutcome | None,
     ) -> AuditEvent:
         payload: dict[str, Any] = {
             "turn": self._turn.turn_id,
@@ -514,10 +569,10 @@ class TurnWorkflow:
             "resolved_tool_name": result.resolved_tool_name,
             "input": arguments,
             "output": result.model_dump(mode="json")["output"],
-            "started_at": _iso(outcome.started_at),
-            "finished_at": _iso(outcome.finished_at),
+            "started_at": _iso(outcome.started_at) if outcome else None,
+            "finished_at": _iso(outcome.finished_at) if outcome else None,
         }
-        if outcome.post_hook_errors:
+        if outcome is not None and outcome.post_hook_errors:
             payload["post_hook_errors"] = outcome.post_hook_errors
         return self._emit("tool_post", payload, call_id=call.id, tool=tool_name, attempt=attempt)
 
@@ -528,9 +583,8 @@ class TurnWorkflow:
         arguments: dict[str, Any],
         attempt: int,
         hook: HookDecision,
-        outcome: AttemptOutcome,
-    ) -> ToolDispatchResult | AttemptOutcome:
-        """Turn a hook's Block/Ask into the refusal, or an approved Ask into the attempt."""
+    ) -> ToolDispatchResult | None:
+        """Turn a hook's Block/Ask into the refusal; ``None`` when a human approved the Ask."""
         payload: dict[str, Any] = {"decision": hook.decision, "hook": hook.hook, "text": hook.text}
         text = hook.text
         if hook.decision == "ask":
@@ -547,10 +601,7 @@ class TurnWorkflow:
                     self._emit(
                         "hook_decision", payload, call_id=call.id, tool=tool_name, attempt=attempt
                     )
-                    # Approved: the attempt goes on at step 3, without asking the hooks again.
-                    return await self._execute(
-                        call, tool_name, arguments, attempt, skip_pre_hooks=True
-                    )
+                    return None
                 else:
                     text = answer.reason or f"denied by {answer.by or 'a reviewer'}"
                     payload.update(outcome="denied", by=answer.by, reason=answer.reason)
@@ -563,8 +614,39 @@ class TurnWorkflow:
             duration_ms=0.0,
             resolved_tool_name=tool_name,
         )
-        self._post_event(call, tool_name, attempt, arguments, result, outcome)
+        self._post_event(call, tool_name, attempt, arguments, result, None)
         return result
+
+    def _loop_check(self) -> LoopCheck | None:
+        detection = self._input.config.detection
+        return self._detector.check(detection) if detection.enabled else None
+
+    def _loop_stop(
+        self,
+        call: ToolCall,
+        tool_name: str,
+        arguments: dict[str, Any],
+        attempt: int,
+        check: LoopCheck,
+    ) -> NoReturn:
+        """Refuse the attempt at the stop threshold (spec §10.3): a hard error for the turn."""
+        self._emit(
+            "loop_detected",
+            {"pattern": check.pattern, "repetitions": check.repetitions, "stop": True},
+            call_id=call.id,
+            tool=tool_name,
+            attempt=attempt,
+        )
+        refusal = ToolDispatchResult(
+            tool_call_id=call.id,
+            output=check.refusal_text() or "",
+            is_error=True,
+            duration_ms=0.0,
+            resolved_tool_name=tool_name,
+        )
+        self._post_event(call, tool_name, attempt, arguments, refusal, None)
+        self._detector.stop(check)
+        raise LoopDetected(check.message or "")
 
     async def _await_approval(
         self, call: ToolCall, tool_name: str, arguments: dict[str, Any], question: str
@@ -670,6 +752,7 @@ class TurnWorkflow:
         attempt: int,
         *,
         skip_pre_hooks: bool = False,
+        hooks_only: bool = False,
     ) -> AttemptOutcome:
         """Run one attempt as an activity; infrastructure failures become soft results."""
         config = self._input.config
@@ -691,6 +774,7 @@ class TurnWorkflow:
                     attempt=attempt,
                     flush=flush,
                     skip_pre_hooks=skip_pre_hooks,
+                    hooks_only=hooks_only,
                 ),
                 result_type=AttemptOutcome,
                 start_to_close_timeout=timeout,

@@ -17,8 +17,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from tooltrail.db.engine import create_engine, session_factory
-from tooltrail.db.orm import AuditEventRow, MemoryEntryRow, TurnRow
-from tooltrail.wire import AuditEvent, Flush, MemoryEntry, TurnRecord
+from tooltrail.db.orm import AuditEventRow, MemoryEntryRow, SessionStateRow, TurnRow
+from tooltrail.wire import AuditEvent, Flush, MemoryEntry, SessionState, TurnRecord
 
 __all__ = [
     "AuditStore",
@@ -63,6 +63,34 @@ async def record_turn(session: AsyncSession, *, turn: TurnRecord) -> None:
                 error_type=turn.error_type,
             )
         )
+
+
+async def record_session_state(
+    session: AsyncSession, *, session_id: str, turn_id: str, state: SessionState
+) -> None:
+    """Save a session's state unless a newer version is already stored."""
+    values = {
+        "session_id": session_id,
+        "version": state.version,
+        "state": state.model_dump(mode="json", exclude={"version"}),
+        "last_turn_id": turn_id,
+        "updated_at": datetime.now(UTC),
+    }
+    stmt = _insert(session, SessionStateRow).values(**values)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["session_id"],
+        set_={k: stmt.excluded[k] for k in ("version", "state", "last_turn_id", "updated_at")},
+        where=SessionStateRow.version < stmt.excluded.version,
+    )
+    await session.execute(stmt)
+
+
+async def load_session_state(session: AsyncSession, *, session_id: str) -> SessionState:
+    """Return a session's saved state, or a fresh one."""
+    row = await session.get(SessionStateRow, session_id)
+    if row is None:
+        return SessionState()
+    return SessionState.model_validate({**row.state, "version": row.version})
 
 
 async def record_events(
@@ -205,6 +233,13 @@ class AuditStore:
         async with self.sessions.begin() as session:
             await record_turn(session, turn=flush.turn)
             await record_events(session, turn_id=flush.turn.turn_id, events=flush.events)
+            if flush.session is not None:
+                await record_session_state(
+                    session,
+                    session_id=flush.turn.session_id,
+                    turn_id=flush.turn.turn_id,
+                    state=flush.session,
+                )
         if flush.memory:
             try:
                 async with self.sessions.begin() as session:
@@ -216,6 +251,11 @@ class AuditStore:
                     flush.turn.turn_id,
                     exc_info=True,
                 )
+
+    async def session_state(self, session_id: str) -> SessionState:
+        """Return the state the session's last turn saved (or a fresh one)."""
+        async with self.sessions() as session:
+            return await load_session_state(session, session_id=session_id)
 
     async def events(self, turn_id: str) -> list[AuditEvent]:
         """Return a turn's audit events ordered by ``seq``."""
