@@ -15,21 +15,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from temporalio import activity
 
 from tooltrail.db.store import AuditStore
-from tooltrail.errors import ToolError
 from tooltrail.hooks import PostToolUseContext, PreToolUseContext, run_post_hooks, run_pre_hooks
+from tooltrail.middleware import (
+    Middleware,
+    MiddlewareCall,
+    RedactingMiddleware,
+    ToolCallMiddleware,
+    run_pipeline,
+)
 from tooltrail.observers import deliver
-from tooltrail.results import ToolOutput
 from tooltrail.scratch import ScratchDirs
-from tooltrail.text import not_found, panicked, render_text
-from tooltrail.tools import ArgumentsRejected, ToolContext, ToolRegistry, to_output
+from tooltrail.text import render_text
+from tooltrail.tools import ToolContext, ToolRegistry
 from tooltrail.wire import TOOL_EXECUTE, AttemptOutcome, ExecuteAttempt, Flush
 
 __all__ = ["BODY_STARTED", "Recorder", "ToolActivities", "heartbeating", "interrupted_text"]
@@ -76,10 +80,33 @@ async def heartbeating(*details: object) -> AsyncIterator[None]:
 class Recorder:
     """Writes the workflow's pending records and hands the events to the host's observers."""
 
-    def __init__(self, store: AuditStore, observers: Sequence[object] = ()) -> None:
-        """Wire the audit store and the observers."""
+    def __init__(
+        self,
+        store: AuditStore,
+        observers: Sequence[object] = (),
+        redactors: Sequence[RedactingMiddleware] = (),
+    ) -> None:
+        """Wire the audit store, the observers, and the redactors of what gets stored."""
         self.store = store
         self.observers = list(observers)
+        self.redactors = list(redactors)
+
+    def _redacted(self, flush: Flush) -> Flush:
+        # Secrets the host redacts for the model must not land in the audit trail either
+        # (the call's input included), nor reach the observers.
+        events = []
+        for event in flush.events:
+            payload: Any = event.payload
+            for redactor in self.redactors:
+                payload = redactor.redact_value(payload)
+            events.append(event.model_copy(update={"payload": payload}))
+        memory = []
+        for entry in flush.memory:
+            content = entry.content
+            for redactor in self.redactors:
+                content = redactor.redact_text(content)
+            memory.append(entry.model_copy(update={"content": content}))
+        return flush.model_copy(update={"events": events, "memory": memory})
 
     async def write(self, flush: Flush | None, *, must_persist: bool = False) -> bool:
         """Write (then deliver) the records; return False when the database write failed.
@@ -90,6 +117,8 @@ class Recorder:
         """
         if flush is None:
             return True
+        if self.redactors:
+            flush = self._redacted(flush)
         written = True
         try:
             await self.store.write_flush(flush)
@@ -125,6 +154,7 @@ class ToolActivities:
         noop_reflector: bool = True,
         hooks: Sequence[object] = (),
         hook_timeout_s: float = 30.0,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         """Wire the registry, the audit recorder and the scratch directories.
 
@@ -136,6 +166,7 @@ class ToolActivities:
                 outcome tells the workflow, which then skips the reflector round trip.
             hooks: pre/post tool hooks, in registration order.
             hook_timeout_s: how long one hook call may take.
+            middleware: the layers around the registry core; the first is the outermost.
         """
         self.registry = registry
         self.recorder = recorder
@@ -143,6 +174,8 @@ class ToolActivities:
         self.reflector: Literal["noop", "custom"] = "noop" if noop_reflector else "custom"
         self.hooks = list(hooks)
         self.hook_timeout_s = hook_timeout_s
+        self.middleware = list(middleware)
+        self.core = ToolCallMiddleware(registry)
 
     @activity.defn(name=TOOL_EXECUTE)
     async def execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
@@ -200,23 +233,16 @@ class ToolActivities:
         return outcome
 
     async def _attempt(self, inp: ExecuteAttempt, flushed: bool) -> AttemptOutcome:
-        """The registry core: lookup, validation, the body with exception isolation."""
+        """Run the middleware pipeline around the registry core, heartbeating throughout."""
         tool = self.registry.lookup(inp.tool_name)
-        if tool is None:
-            return AttemptOutcome(
-                output=not_found(inp.tool_name, self.registry.names()),
-                is_error=True,
-                duration_ms=0.0,
-                resolved_tool_name=inp.tool_name,
-                flushed=flushed,
-                reflector=self.reflector,
-            )
         info = activity.info()
         if (
-            info.attempt > 1
+            tool is not None
+            and info.attempt > 1
             and not tool.retry_on_interrupt
             and BODY_STARTED in (info.heartbeat_details or ())
         ):
+            # The worker was lost while the body ran: say so instead of running it again.
             return AttemptOutcome(
                 output=interrupted_text(tool.name),
                 is_error=True,
@@ -225,57 +251,30 @@ class ToolActivities:
                 flushed=flushed,
                 reflector=self.reflector,
             )
-        try:
-            snapshot = tool.validate(inp.arguments)
-        except ArgumentsRejected as rejected:
-            return AttemptOutcome(
-                output=str(rejected),
-                is_error=True,
-                duration_ms=0.0,
-                resolved_tool_name=tool.name,
-                flushed=flushed,
-                reflector=self.reflector,
-            )
-        ctx = ToolContext(
-            session_id=inp.session_id,
-            turn_id=inp.turn_id,
+        call = MiddlewareCall(
+            tool_name=inp.tool_name,
+            arguments=inp.arguments,
             tool_call_id=inp.tool_call_id,
-            attempt=inp.attempt,
-            temp_dir=self.scratch.ensure(inp.session_id),
+            ctx=ToolContext(
+                session_id=inp.session_id,
+                turn_id=inp.turn_id,
+                tool_call_id=inp.tool_call_id,
+                attempt=inp.attempt,
+                temp_dir=self.scratch.ensure(inp.session_id),
+            ),
+            registry_names=tuple(self.registry.names()),
         )
-        started = time.monotonic()
         started_at = datetime.now(UTC)
         async with heartbeating(BODY_STARTED):
-            try:
-                if tool.timeout_s is None:
-                    value = await tool.invoke(ctx, snapshot)
-                else:
-                    value = await asyncio.wait_for(tool.invoke(ctx, snapshot), tool.timeout_s)
-                output = to_output(value)
-            except asyncio.CancelledError:
-                # Sync bodies keep running in their thread: tell them to stop.
-                ctx._cancel.set()
-                raise
-            except TimeoutError:
-                ctx._cancel.set()
-                output = ToolOutput(
-                    text=f"Tool '{tool.name}' timed out after {int(tool.timeout_s or 0)}s",
-                    is_error=True,
-                )
-            except ToolError as err:
-                output = ToolOutput(text=str(err), is_error=True)
-            except Exception as exc:
-                log.error("tool %r panicked", tool.name, exc_info=True)
-                output = ToolOutput(text=panicked(tool.name, str(exc)), is_error=True)
-        elapsed_ms = (time.monotonic() - started) * 1000.0
+            result = await run_pipeline(self.middleware, self.core, call)
         return AttemptOutcome(
             started_at=started_at,
             finished_at=datetime.now(UTC),
-            output=output.parts if output.parts is not None else (output.text or ""),
-            is_error=output.is_error,
-            duration_ms=elapsed_ms,
-            resolved_tool_name=tool.name,
-            display_hint=output.display_hint,
+            output=result.output,
+            is_error=result.is_error,
+            duration_ms=result.duration_ms,
+            resolved_tool_name=result.resolved_tool_name or inp.tool_name,
+            display_hint=result.display_hint,
             flushed=flushed,
             reflector=self.reflector,
         )

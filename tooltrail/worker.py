@@ -18,6 +18,7 @@ from tooltrail.db.migrate import check_schema
 from tooltrail.db.store import AuditStore
 from tooltrail.errors import ConfigurationError
 from tooltrail.host import Host
+from tooltrail.middleware import RedactingMiddleware
 from tooltrail.recovery import NoopReflector
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
@@ -59,7 +60,11 @@ def build_worker(
     """
     host.registry.freeze()
     scratch = scratch or ScratchDirs(host.scratch_base, enabled=host.managed_scratch)
-    recorder = Recorder(store, host.observers)
+    recorder = Recorder(
+        store,
+        host.observers,
+        [layer for layer in host.middleware if isinstance(layer, RedactingMiddleware)],
+    )
     tools = ToolActivities(
         host.registry,
         recorder,
@@ -67,6 +72,7 @@ def build_worker(
         noop_reflector=type(host.reflector) is NoopReflector,
         hooks=host.hooks,
         hook_timeout_s=host.hook_timeout_s,
+        middleware=host.middleware,
     )
     audit = AuditActivities(recorder)
     sessions = SessionActivities(scratch)

@@ -1,0 +1,489 @@
+"""Circuit breakers per tool (pipeline spec §11): a pure state machine and its SQL store.
+
+The state machine is a set of pure functions over a frozen ``BreakerState`` that take the
+current time as an argument, so every rule of the spec's table (§11.2) can be tested without
+a clock or a database.
+
+``HealthStore`` keeps one breaker per tool name as a row of the shared ``tool_health`` table,
+so every worker agrees on it. Each operation reads the row together with the database
+server's clock (workers with skewed clocks still agree), applies one pure function, and
+writes the row back only if it changed. Exactly one probe is granted across workers because
+the write can only happen against the state that was read:
+
+- PostgreSQL: one transaction that locks the row (``SELECT ... FOR UPDATE``) before reading
+  the clock, then ``UPDATE``. Concurrent callers queue on the row lock.
+- SQLite: a compare-and-set. The row and clock are read without a transaction (WAL readers
+  never block), then ``UPDATE ... WHERE`` every column still holds the value that was read;
+  if another writer got there first, nothing matches and the operation runs again on the
+  fresh row. Reading outside the write transaction matters: a SQLite transaction that read
+  before another connection committed cannot be upgraded to a writer at all.
+
+A new breaker's row is inserted with ``ON CONFLICT DO NOTHING``; the loser of a creation race
+runs again on the winner's row. Either way an operation costs one read and at most one write
+while nobody races it, and a Closed breaker's gate (the hot path) is a single read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, Literal, NamedTuple, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import DateTime, String, Table, func, literal_column, select, true, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.elements import ColumnElement
+
+from tooltrail.db.orm import ToolHealthRow
+from tooltrail.db.store import AuditStore
+from tooltrail.errors import TooltrailError
+
+__all__ = [
+    "BreakerContentionError",
+    "BreakerState",
+    "BreakerStatus",
+    "CircuitBreaker",
+    "CircuitBreakerConfig",
+    "Health",
+    "HealthStore",
+    "allow_request",
+    "initial_state",
+    "is_tool_available",
+    "lease_live",
+    "record_failure",
+    "record_success",
+    "would_allow_request",
+]
+
+BreakerStatus = Literal["closed", "open", "half_open"]
+"""The state of a breaker, as stored in ``tool_health.state``."""
+
+EWMA_SCALE = 1_000_000
+"""Fixed-point scale of ``ewma_micros``."""
+
+
+class CircuitBreaker(BaseModel):
+    """Configuration of the per-tool circuit breakers (the spec's ``CircuitBreakerConfig``).
+
+    A breaker's configuration is frozen into its row when the breaker is created, so a
+    changed configuration only affects breakers created after the change.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    failure_threshold: int = Field(default=3, ge=0)
+    """Consecutive failures that trip a Closed breaker; ``0`` never trips but still counts."""
+    recovery_s: float = Field(default=30.0, ge=0, allow_inf_nan=False)
+    """The cooldown: how long an Open breaker refuses calls before granting one probe."""
+    probe_timeout_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """How long a granted probe holds the breaker HalfOpen before another may be granted.
+
+    ``None`` means the same as ``recovery_s``; ``0`` disables the lease (a probe never
+    expires, so the breaker waits for its outcome however long it takes).
+    """
+
+    @property
+    def recovery_ms(self) -> int:
+        """The cooldown in whole milliseconds, as stored in a breaker's row."""
+        return round(self.recovery_s * 1000)
+
+    @property
+    def probe_timeout_ms(self) -> int:
+        """The probe lease in whole milliseconds (``0``: no lease), as stored in a row."""
+        seconds = self.recovery_s if self.probe_timeout_s is None else self.probe_timeout_s
+        return round(seconds * 1000)
+
+
+CircuitBreakerConfig = CircuitBreaker
+"""The spec's name for ``CircuitBreaker``."""
+
+
+class Health(StrEnum):
+    """A telemetry label derived from a breaker's score; it never blocks a call."""
+
+    HEALTHY = "healthy"
+    """Score at least 0.8 and the breaker is not Open."""
+    DEGRADED = "degraded"
+    """Score at least 0.5 and the breaker is not Open."""
+    UNHEALTHY = "unhealthy"
+    """Score below 0.5, or the breaker is Open."""
+
+
+class BreakerState(BaseModel):
+    """One tool's breaker: its state machine, its frozen configuration and its telemetry.
+
+    Times are timezone-aware UTC (the database server's clock).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    state: BreakerStatus = "closed"
+    consecutive_failures: int = 0
+    """Failures since the last success that closed the breaker."""
+    last_failure_at: datetime | None = None
+    """When the cooldown started: the last failure, or the end of an expired probe lease."""
+    probe_started_at: datetime | None = None
+    """When the HalfOpen probe was granted; ``None`` outside HalfOpen."""
+    failure_threshold: int = 3
+    recovery_ms: int = 30_000
+    probe_timeout_ms: int = 30_000
+    successes: int = 0
+    """Every success recorded, including those the state machine ignores."""
+    failures: int = 0
+    """Every failure recorded."""
+    ewma_micros: int = EWMA_SCALE
+    """Exponentially weighted success rate, fixed point x1,000,000; starts at 1.0."""
+    last_duration_ms: float | None = None
+    """Duration of the last recorded attempt."""
+
+    @property
+    def ewma(self) -> float:
+        """The exponentially weighted success rate, in [0, 1]."""
+        return self.ewma_micros / EWMA_SCALE
+
+    @property
+    def success_rate(self) -> float:
+        """Successes over all recorded outcomes; ``1.0`` before any outcome."""
+        total = self.successes + self.failures
+        return 1.0 if total == 0 else self.successes / total
+
+    @property
+    def score(self) -> float:
+        """``0.3 * success_rate + 0.7 * ewma`` (telemetry only)."""
+        return 0.3 * self.success_rate + 0.7 * self.ewma
+
+    @property
+    def health(self) -> Health:
+        """Healthy at a score of 0.8 or more, Degraded at 0.5 or more; Open is Unhealthy."""
+        if self.state == "open":
+            return Health.UNHEALTHY
+        if self._score_at_least(8):
+            return Health.HEALTHY
+        if self._score_at_least(5):
+            return Health.DEGRADED
+        return Health.UNHEALTHY
+
+    def _score_at_least(self, tenths: int) -> bool:
+        # Exact integer comparison of 0.3*s/n + 0.7*e/SCALE >= tenths/10, so a score that is
+        # exactly on a boundary is not pushed below it by float rounding.
+        successes, total = self.successes, self.successes + self.failures
+        if total == 0:
+            successes, total = 1, 1
+        lhs = 3 * successes * EWMA_SCALE + 7 * self.ewma_micros * total
+        return lhs >= tenths * EWMA_SCALE * total
+
+
+def initial_state(config: CircuitBreaker) -> BreakerState:
+    """Return a new, Closed breaker with ``config`` frozen into it."""
+    return BreakerState(
+        failure_threshold=config.failure_threshold,
+        recovery_ms=config.recovery_ms,
+        probe_timeout_ms=config.probe_timeout_ms,
+    )
+
+
+# -- the pure state machine (spec §11.2) ------------------------------------------------------
+
+
+def _probe_timeout(state: BreakerState) -> timedelta:
+    return timedelta(milliseconds=state.probe_timeout_ms)
+
+
+def lease_live(state: BreakerState, now: datetime) -> bool:
+    """Whether a HalfOpen breaker's probe lease is live at ``now``.
+
+    A lease is live while ``probe_timeout == 0`` or ``now - probe_started < probe_timeout``.
+    """
+    if state.probe_timeout_ms == 0:
+        return True
+    if state.probe_started_at is None:
+        return False
+    return now - state.probe_started_at < _probe_timeout(state)
+
+
+def _expire_lease(state: BreakerState, now: datetime) -> BreakerState:
+    # Back to Open with the cooldown re-armed from the end of the lease, not from now: the
+    # probe that never reported is treated as a failure at the moment its lease ran out.
+    lease_end = (
+        now if state.probe_started_at is None else state.probe_started_at + _probe_timeout(state)
+    )
+    return state.model_copy(
+        update={"state": "open", "last_failure_at": lease_end, "probe_started_at": None}
+    )
+
+
+def allow_request(state: BreakerState, now: datetime) -> tuple[BreakerState, bool]:
+    """The gate: whether a call may run now, and the breaker's state after asking.
+
+    Closed: allowed. Open: once ``now - last_failure >= recovery``, the breaker moves to
+    HalfOpen with ``probe_started = now`` and this call is the probe; before that, refused.
+    HalfOpen with a live lease: refused (one probe at a time). HalfOpen with an expired
+    lease: back to Open with ``last_failure`` at the lease end, then the Open rule applies in
+    the same call.
+
+    Args:
+        state: the breaker before the call.
+        now: the current time (timezone-aware).
+
+    Returns:
+        The breaker's new state and whether the call may run.
+    """
+    if state.state == "closed":
+        return state, True
+    if state.state == "half_open":
+        if lease_live(state, now):
+            return state, False
+        state = _expire_lease(state, now)
+    cooldown = timedelta(milliseconds=state.recovery_ms)
+    if state.last_failure_at is None or now - state.last_failure_at >= cooldown:
+        return state.model_copy(update={"state": "half_open", "probe_started_at": now}), True
+    return state, False
+
+
+def would_allow_request(state: BreakerState, now: datetime) -> bool:
+    """Whether ``allow_request`` would allow a call at ``now``, without consuming the probe."""
+    return allow_request(state, now)[1]
+
+
+is_tool_available = would_allow_request
+"""The spec's other name for ``would_allow_request``."""
+
+
+def _telemetry(state: BreakerState, *, success: bool, duration_ms: float) -> dict[str, Any]:
+    sample = EWMA_SCALE if success else 0
+    # 0.7 * ewma + 0.3 * sample in integer fixed point, rounded half up.
+    ewma = (7 * state.ewma_micros + 3 * sample + 5) // 10
+    return {
+        "successes": state.successes + int(success),
+        "failures": state.failures + int(not success),
+        "ewma_micros": ewma,
+        "last_duration_ms": duration_ms,
+    }
+
+
+def record_failure(state: BreakerState, now: datetime, duration_ms: float) -> BreakerState:
+    """Record a failed attempt.
+
+    ``consecutive += 1``, ``last_failure = now``, the probe is cleared. A Closed breaker
+    with ``threshold > 0`` and ``consecutive >= threshold`` opens; a HalfOpen breaker opens
+    (the probe failed); an Open breaker stays Open and its cooldown restarts.
+
+    Args:
+        state: the breaker before the outcome.
+        now: the current time (timezone-aware).
+        duration_ms: how long the attempt took.
+
+    Returns:
+        The breaker after the outcome.
+    """
+    consecutive = state.consecutive_failures + 1
+    trips = state.state != "closed" or 0 < state.failure_threshold <= consecutive
+    return state.model_copy(
+        update={
+            "state": "open" if trips else "closed",
+            "consecutive_failures": consecutive,
+            "last_failure_at": now,
+            "probe_started_at": None,
+            **_telemetry(state, success=False, duration_ms=duration_ms),
+        }
+    )
+
+
+def record_success(state: BreakerState, now: datetime, duration_ms: float) -> BreakerState:
+    """Record a successful attempt.
+
+    An Open breaker ignores it (a stale success from before the trip). A HalfOpen breaker
+    whose lease expired moves to Open with the cooldown re-armed from the lease end and
+    ignores it too. Otherwise ``consecutive = 0``, the probe is cleared and the breaker is
+    Closed. The success always counts in the telemetry (counters and EWMA).
+
+    Args:
+        state: the breaker before the outcome.
+        now: the current time (timezone-aware).
+        duration_ms: how long the attempt took.
+
+    Returns:
+        The breaker after the outcome.
+    """
+    counted = state.model_copy(update=_telemetry(state, success=True, duration_ms=duration_ms))
+    if state.state == "open":
+        return counted
+    if state.state == "half_open" and not lease_live(state, now):
+        return _expire_lease(counted, now)
+    return counted.model_copy(
+        update={"state": "closed", "consecutive_failures": 0, "probe_started_at": None}
+    )
+
+
+# -- the SQL store ----------------------------------------------------------------------------
+
+_T = TypeVar("_T")
+_TABLE: Table = ToolHealthRow.__table__  # type: ignore[assignment]
+_STATE_FIELDS = tuple(BreakerState.model_fields)
+_MAX_ATTEMPTS = 1000
+# SQLite's clock, in the format SQLAlchemy stores DateTime columns in (UTC, no zone).
+_SQLITE_NOW = "%Y-%m-%d %H:%M:%f"
+
+
+class BreakerContentionError(TooltrailError):
+    """A breaker's row kept changing under a SQLite compare-and-set for 1000 attempts.
+
+    Each attempt fails only because another writer succeeded, so this means the row is
+    written by something that does not follow ``HealthStore``'s storage format.
+    """
+
+
+class _Loaded(NamedTuple):
+    raw: Mapping[str, Any] | None
+    """The row as read, column by column (for the compare-and-set); ``None``: no row."""
+    state: BreakerState | None
+    now: datetime
+    """The database server's clock, read with the row."""
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    # SQLite returns naive datetimes; every time stored here is UTC.
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+class HealthStore:
+    """The shared circuit breakers, one row of ``tool_health`` per tool name.
+
+    Every operation is atomic against every other operation on the same tool, from any
+    worker: across concurrent callers, an Open breaker grants exactly one probe.
+    """
+
+    def __init__(self, store: AuditStore) -> None:
+        """Use the audit database of ``store`` (its engine; the store stays the owner)."""
+        self._engine: AsyncEngine = store.engine
+
+    async def allow_request(self, tool: str, config: CircuitBreaker) -> bool:
+        """The gate (spec §11.2): whether a call of ``tool`` may run now.
+
+        Creates the tool's breaker from ``config`` if it has none; may grant the probe.
+        """
+        return await self._apply(tool, config, allow_request)
+
+    async def would_allow_request(self, tool: str, config: CircuitBreaker) -> bool:
+        """Whether ``allow_request`` would allow a call now; changes nothing.
+
+        ``config`` is accepted for symmetry with ``allow_request``: a tool without a breaker
+        is Closed, whatever the configuration.
+        """
+        async with self._engine.connect() as conn:
+            loaded = await self._load(conn, tool, lock=False)
+        if loaded.state is None:
+            return would_allow_request(initial_state(config), loaded.now)
+        return would_allow_request(loaded.state, loaded.now)
+
+    is_tool_available = would_allow_request
+
+    async def record(
+        self, tool: str, *, is_error: bool, duration_ms: float, config: CircuitBreaker
+    ) -> None:
+        """Record an attempt's outcome: a failure if ``is_error``, else a success.
+
+        Creates the tool's breaker from ``config`` if it has none.
+        """
+        step = record_failure if is_error else record_success
+
+        def apply(state: BreakerState, now: datetime) -> tuple[BreakerState, None]:
+            return step(state, now, duration_ms), None
+
+        await self._apply(tool, config, apply)
+
+    async def snapshot(self, tool: str) -> BreakerState | None:
+        """Return the tool's breaker as stored, or ``None`` if it has none yet."""
+        async with self._engine.connect() as conn:
+            return (await self._load(conn, tool, lock=False)).state
+
+    async def _apply(
+        self,
+        tool: str,
+        config: CircuitBreaker,
+        step: Callable[[BreakerState, datetime], tuple[BreakerState, _T]],
+    ) -> _T:
+        for _ in range(_MAX_ATTEMPTS):
+            async with self._engine.begin() as conn:
+                loaded = await self._load(conn, tool, lock=True)
+                old = loaded.state
+                new, result = step(old or initial_state(config), loaded.now)
+                if old is None:
+                    written = await self._insert(conn, tool, new, loaded.now)
+                elif new == old:
+                    written = True
+                else:
+                    written = await self._update(conn, tool, loaded.raw, new, loaded.now)
+                if written:
+                    return result
+        raise BreakerContentionError(
+            f"the breaker of tool {tool!r} changed under {_MAX_ATTEMPTS} compare-and-set "
+            "attempts; is something else writing tool_health?"
+        )
+
+    async def _load(self, conn: AsyncConnection, tool: str, *, lock: bool) -> _Loaded:
+        postgres = conn.dialect.name == "postgresql"
+        row_query = select(_TABLE).where(_TABLE.c.tool_name == tool)
+        if lock and postgres:
+            row_query = row_query.with_for_update()
+        row = row_query.subquery("h")
+        # The clock is read in the outer query, which runs after the inner one has the row
+        # lock: a caller that waited for the lock sees a time after the holder's.
+        clock: ColumnElement[Any] = (
+            func.clock_timestamp(type_=DateTime(timezone=True))
+            if postgres
+            else func.strftime(_SQLITE_NOW, "now", type_=String)
+        )
+        # A one-row relation left-joined to the row, so the clock comes back without a row.
+        one = select(literal_column("1").label("one")).subquery("one")
+        query = select(clock.label("db_now"), *row.c).select_from(one.outerjoin(row, true()))
+        result = (await conn.execute(query)).mappings().one()
+        now = result["db_now"]
+        now = now.astimezone(UTC) if postgres else datetime.fromisoformat(now).replace(tzinfo=UTC)
+        if result["tool_name"] is None:
+            return _Loaded(None, None, now)
+        values = {name: result[name] for name in _STATE_FIELDS}
+        values["last_failure_at"] = _utc(values["last_failure_at"])
+        values["probe_started_at"] = _utc(values["probe_started_at"])
+        raw = {column.name: result[column.name] for column in _TABLE.c}
+        return _Loaded(raw, BreakerState.model_validate(values), now)
+
+    async def _insert(
+        self, conn: AsyncConnection, tool: str, state: BreakerState, now: datetime
+    ) -> bool:
+        dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+        stmt = (
+            dialect.insert(_TABLE)
+            .values(tool_name=tool, updated_at=now, **state.model_dump())
+            .on_conflict_do_nothing(index_elements=[_TABLE.c.tool_name])
+            .returning(_TABLE.c.tool_name)
+        )
+        # Nothing returned: another caller created the breaker first; run again on its row.
+        return (await conn.execute(stmt)).first() is not None
+
+    async def _update(
+        self,
+        conn: AsyncConnection,
+        tool: str,
+        raw: Mapping[str, Any] | None,
+        state: BreakerState,
+        now: datetime,
+    ) -> bool:
+        stmt = update(_TABLE).where(_TABLE.c.tool_name == tool)
+        if conn.dialect.name != "postgresql" and raw is not None:
+            # Compare-and-set: only if nobody wrote the row since it was read.
+            stmt = stmt.where(
+                *(
+                    _TABLE.c[name].is_not_distinct_from(value)
+                    for name, value in raw.items()
+                    if name != "tool_name"
+                )
+            )
+        result = await conn.execute(stmt.values(updated_at=now, **state.model_dump()))
+        return result.rowcount == 1
