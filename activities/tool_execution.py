@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from temporalio import activity
 
+from tooltrail.breaker import CircuitBreaker, HealthStore
 from tooltrail.db.store import AuditStore
 from tooltrail.hooks import PostToolUseContext, PreToolUseContext, run_post_hooks, run_pre_hooks
 from tooltrail.middleware import (
@@ -39,6 +40,9 @@ from tooltrail.wire import TOOL_EXECUTE, AttemptOutcome, ExecuteAttempt, Flush
 __all__ = ["BODY_STARTED", "Recorder", "ToolActivities", "heartbeating", "interrupted_text"]
 
 log = logging.getLogger("tooltrail.tool")
+
+BREAKER_OPEN_TEXT = "tool temporarily unavailable: circuit breaker open"
+"""The soft result of a call refused by an open circuit breaker (spec §11.3)."""
 
 BODY_STARTED = "body-started"
 """Heartbeat detail sent just before a tool body runs; a retried attempt reads it back."""
@@ -155,6 +159,7 @@ class ToolActivities:
         hooks: Sequence[object] = (),
         hook_timeout_s: float = 30.0,
         middleware: Sequence[Middleware] = (),
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         """Wire the registry, the audit recorder and the scratch directories.
 
@@ -167,6 +172,7 @@ class ToolActivities:
             hooks: pre/post tool hooks, in registration order.
             hook_timeout_s: how long one hook call may take.
             middleware: the layers around the registry core; the first is the outermost.
+            breaker: the circuit breaker configuration, or ``None`` for no health registry.
         """
         self.registry = registry
         self.recorder = recorder
@@ -176,6 +182,7 @@ class ToolActivities:
         self.hook_timeout_s = hook_timeout_s
         self.middleware = list(middleware)
         self.core = ToolCallMiddleware(registry)
+        self.health = None if breaker is None else (HealthStore(recorder.store), breaker)
 
     @activity.defn(name=TOOL_EXECUTE)
     async def execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
@@ -214,7 +221,19 @@ class ToolActivities:
                 flushed=flushed,
                 reflector=self.reflector,
             )
+        if self.health is not None and not await self._gate(*self.health, inp.tool_name):
+            return AttemptOutcome(
+                output=BREAKER_OPEN_TEXT,
+                is_error=True,
+                duration_ms=0.0,
+                resolved_tool_name=inp.tool_name,
+                flushed=flushed,
+                reflector=self.reflector,
+                breaker_refused=True,
+            )
         outcome = await self._attempt(inp, flushed)
+        if self.health is not None:
+            await self._record_health(*self.health, outcome)
         if self.hooks:
             outcome.post_hook_errors = await run_post_hooks(
                 self.hooks,
@@ -231,6 +250,36 @@ class ToolActivities:
                 timeout_s=self.hook_timeout_s,
             )
         return outcome
+
+    @staticmethod
+    async def _gate(health: HealthStore, breaker: CircuitBreaker, tool_name: str) -> bool:
+        """Step 4: may the requested tool run? The breakers are shared through the database."""
+        try:
+            return await health.allow_request(tool_name, breaker)
+        except Exception:
+            # The breaker protects the downstream service, not the audit trail: with the
+            # database unreachable, let the call through rather than stop every tool.
+            log.warning(
+                "circuit breaker unavailable for %r; allowing the call", tool_name, exc_info=True
+            )
+            return True
+
+    @staticmethod
+    async def _record_health(
+        health: HealthStore, breaker: CircuitBreaker, outcome: AttemptOutcome
+    ) -> None:
+        """Step 6d: record the attempt's outcome under the tool that actually ran."""
+        try:
+            await health.record(
+                outcome.resolved_tool_name,
+                is_error=outcome.is_error,
+                duration_ms=outcome.duration_ms,
+                config=breaker,
+            )
+        except Exception:
+            log.warning(
+                "health record for %r failed; dropped", outcome.resolved_tool_name, exc_info=True
+            )
 
     async def _attempt(self, inp: ExecuteAttempt, flushed: bool) -> AttemptOutcome:
         """Run the middleware pipeline around the registry core, heartbeating throughout."""

@@ -4,6 +4,7 @@ Importing this package has no side effects: no server starts and no database ope
 client or worker is created.
 """
 
+from tooltrail.breaker import CircuitBreaker
 from tooltrail.client import Tooltrail, TurnHandle, TurnResult, connect, local
 from tooltrail.config import LoopDetection, RunConfig
 from tooltrail.errors import (
@@ -45,6 +46,7 @@ __all__ = [
     "AlwaysRecoverable",
     "Analysis",
     "AuditEvent",
+    "CircuitBreaker",
     "ConfigurationError",
     "DatabaseSchemaError",
     "DuplicateToolError",

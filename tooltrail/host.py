@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tooltrail.breaker import CircuitBreaker
 from tooltrail.planner import CallVerdict
 from tooltrail.recovery import NoopReflector, Reflector
 from tooltrail.results import ToolCall
@@ -30,7 +31,7 @@ class Host:
         observers: Sequence[Any] = (),
         middleware: Sequence[Any] = (),
         reflector: Reflector | None = None,
-        circuit_breaker: Any = None,
+        circuit_breaker: CircuitBreaker | None = None,
         memory: bool = True,
         access: Any = None,
         database_url: str | None = None,

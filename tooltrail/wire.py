@@ -216,6 +216,8 @@ class AttemptOutcome(BaseModel):
     """Wall-clock time the tool body returned (worker clock)."""
     hook: HookDecision | None = None
     """A pre-tool hook's Block or Ask: the tool did not run."""
+    breaker_refused: bool = False
+    """The circuit breaker of the requested tool is open: the tool did not run."""
     post_hook_errors: list[str] = Field(default_factory=list)
     """Post-tool hooks that raised (logged and ignored)."""
 

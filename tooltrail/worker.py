@@ -73,6 +73,7 @@ def build_worker(
         hooks=host.hooks,
         hook_timeout_s=host.hook_timeout_s,
         middleware=host.middleware,
+        breaker=host.circuit_breaker,
     )
     audit = AuditActivities(recorder)
     sessions = SessionActivities(scratch)

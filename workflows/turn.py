@@ -514,7 +514,7 @@ class TurnWorkflow:
         Returns the attempt's outcome, or the refusal result when a hook refused it.
         """
         # 2 HOOKS run first thing in the tool activity (sharing its round trip); 3 DETECT is
-        # a pure read of the window, decided here; 4 GATE joins as it lands.
+        # a pure read of the window, decided here; 4 GATE runs in the activity after the hooks.
         check = self._loop_check()
         if check is not None and check.should_stop:
             if self._input.features.hooks:
@@ -538,6 +538,25 @@ class TurnWorkflow:
             # Approved by a human: the attempt goes on, without asking the hooks again.
             outcome = await self._execute(call, tool_name, arguments, attempt, skip_pre_hooks=True)
             _raise_if_cancelled()
+        if outcome.breaker_refused:
+            # 4 GATE refused (decided worker-side, against the shared breaker): soft, no
+            # POST phase, no recovery, so a retrying strategy cannot spin against it.
+            self._emit(
+                "breaker_refused",
+                {"tool": tool_name},
+                call_id=call.id,
+                tool=tool_name,
+                attempt=attempt,
+            )
+            refusal = ToolDispatchResult(
+                tool_call_id=call.id,
+                output=outcome.output,
+                is_error=True,
+                duration_ms=0.0,
+                resolved_tool_name=tool_name,
+            )
+            self._post_event(call, tool_name, attempt, arguments, refusal, None)
+            return refusal
         if check is not None and check.pattern is not None:
             # The warn band: observers hear of the pattern; dispatch went ahead.
             self._emit(
