@@ -116,9 +116,7 @@ class ToolHealthRow(Base):
     """
 
     __tablename__ = "tool_health"
-    __table_args__ = (
-        CheckConstraint("state IN ('closed', 'open', 'half_open')", name="state"),
-    )
+    __table_args__ = (CheckConstraint("state IN ('closed', 'open', 'half_open')", name="state"),)
 
     tool_name: Mapped[str] = mapped_column(String(255), primary_key=True)
     state: Mapped[str] = mapped_column(String(16), default="closed")
