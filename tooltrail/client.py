@@ -199,6 +199,7 @@ class Tooltrail:
             features=HostFeatures(hooks=bool(self.host.hooks), memory=self.host.memory),
             session=session,
             ends_run=ends_run,
+            **self._memo_inputs(calls),
         )
         try:
             handle = await self.client.start_workflow(
@@ -218,6 +219,18 @@ class Tooltrail:
             ) from exc
         self.sessions.add(session_id)
         return TurnHandle(handle)
+
+    def _memo_inputs(self, calls: Sequence[ToolCall]) -> dict[str, Any]:
+        memoizer = self.host.memoizer()
+        if memoizer is None:
+            return {}
+        paths = {}
+        for call in calls:
+            if isinstance(call.arguments, dict):
+                found = memoizer.paths(call.name, call.arguments)
+                if found:
+                    paths[call.id] = found
+        return {"memo": memoizer.plan(), "memo_paths": paths}
 
     async def run_turn(
         self,

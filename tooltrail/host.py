@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tooltrail.breaker import CircuitBreaker
+from tooltrail.memoize import MemoizingMiddleware
 from tooltrail.planner import CallVerdict
 from tooltrail.recovery import NoopReflector, Reflector
 from tooltrail.results import ToolCall
@@ -99,6 +100,10 @@ class Host:
                 safe, key = False, None
             verdicts.append(CallVerdict(safe=safe, key=key))
         return verdicts
+
+    def memoizer(self) -> MemoizingMiddleware | None:
+        """The host's ``MemoizingMiddleware``, if one is installed."""
+        return next((m for m in self.middleware if isinstance(m, MemoizingMiddleware)), None)
 
     def tool_meta(self) -> dict[str, ToolMeta]:
         """Return what the workflow needs to know of each tool."""

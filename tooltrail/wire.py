@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from tooltrail.config import RunConfig
 from tooltrail.detection import LoopDetector
 from tooltrail.hooks import HookDecision
+from tooltrail.memoize import MemoCache, MemoPlan
 from tooltrail.planner import CallVerdict
 from tooltrail.recovery import Analysis
 from tooltrail.results import Part, ToolCall, ToolDispatchResult
@@ -127,6 +128,8 @@ class SessionState(BaseModel):
     """How many turns saved it; a write never replaces a newer version."""
     detector: LoopDetector = Field(default_factory=LoopDetector)
     """The loop detector's window and warned set."""
+    memo: MemoCache = Field(default_factory=MemoCache)
+    """The ``MemoizingMiddleware`` cache."""
 
 
 class Flush(BaseModel):
@@ -172,6 +175,10 @@ class TurnInput(BaseModel):
     """The session's state as the previous turn left it."""
     ends_run: bool = False
     """This turn ends a run: a loop pattern at stop level is cleared for the next run."""
+    memo: MemoPlan | None = None
+    """The host's ``MemoizingMiddleware`` configuration, if it has one."""
+    memo_paths: dict[str, list[str]] = Field(default_factory=dict)
+    """Per call id, the paths it touches (for write-tool eviction)."""
 
 
 class TurnOutput(BaseModel):
@@ -218,6 +225,8 @@ class AttemptOutcome(BaseModel):
     """A pre-tool hook's Block or Ask: the tool did not run."""
     breaker_refused: bool = False
     """The circuit breaker of the requested tool is open: the tool did not run."""
+    cached: bool = False
+    """Served from the session's memoize cache by the workflow (no activity ran)."""
     post_hook_errors: list[str] = Field(default_factory=list)
     """Post-tool hooks that raised (logged and ignored)."""
 

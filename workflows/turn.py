@@ -25,6 +25,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from tooltrail.detection import LoopCheck, operation_for
 from tooltrail.errors import LoopDetected, ToolRecoveryExhausted, TurnError
 from tooltrail.hooks import HookDecision, headless_ask_text
+from tooltrail.memoize import with_cached_marker
 from tooltrail.planner import CallVerdict, plan_waves
 from tooltrail.recovery import (
     MAX_RECOVERY_ATTEMPTS,
@@ -162,6 +163,10 @@ class TurnWorkflow:
         self._answers: dict[str, ApprovalInput] = {}
         # Session-scoped state carried in from the previous turn and out to the next.
         self._detector = inp.session.detector.model_copy(deep=True)
+        self._memo = inp.session.memo.model_copy(deep=True)
+        self._turn_number = inp.session.version
+        if inp.memo is not None:
+            self._memo.expire(inp.memo, self._turn_number)
 
     # -- interactive approvals -----------------------------------------------------------
 
@@ -250,7 +255,9 @@ class TurnWorkflow:
         flush = self._flush().model_copy(
             update={
                 "session": SessionState(
-                    version=self._input.session.version + 1, detector=self._detector
+                    version=self._input.session.version + 1,
+                    detector=self._detector,
+                    memo=self._memo,
                 )
             }
         )
@@ -477,6 +484,7 @@ class TurnWorkflow:
                     operation_for(tool_name, arguments, text), self._input.config.detection
                 )
             post = self._post_event(call, tool_name, attempt, arguments, result, outcome)
+            self._memo_update(call, tool_name, arguments, outcome)
             # 6e memory: successful results only.
             if not result.is_error:
                 if self._input.features.memory:
@@ -517,16 +525,20 @@ class TurnWorkflow:
         # a pure read of the window, decided here; 4 GATE runs in the activity after the hooks.
         check = self._loop_check()
         if check is not None and check.should_stop:
-            if self._input.features.hooks:
-                # Step 2 comes before step 3: a hook's block is the answer, not the loop.
-                asked = await self._execute(call, tool_name, arguments, attempt, hooks_only=True)
-                if asked.hook is not None:
-                    refusal = await self._hook_decision(
-                        call, tool_name, arguments, attempt, asked.hook
-                    )
-                    if refusal is not None:
-                        return refusal
+            # Step 2 comes before step 3: a hook's block is the answer, not the loop.
+            refusal = await self._hooks_first(call, tool_name, arguments, attempt)
+            if refusal is not None:
+                return refusal
             self._loop_stop(call, tool_name, arguments, attempt, check)
+        hit = self._memo_hit(tool_name, arguments)
+        if hit is not None:
+            # A memoized result: the hooks still judge the call, but nothing executes (a hit
+            # calls no downstream service, so the breaker gate has nothing to protect).
+            refusal = await self._hooks_first(call, tool_name, arguments, attempt)
+            if refusal is not None:
+                return refusal
+            self._warn_loop(call, tool_name, attempt, check)
+            return hit
         # 5 EXECUTE: a pending cancellation wins before and after the activity.
         _raise_if_cancelled()
         outcome = await self._execute(call, tool_name, arguments, attempt)
@@ -557,6 +569,12 @@ class TurnWorkflow:
             )
             self._post_event(call, tool_name, attempt, arguments, refusal, None)
             return refusal
+        self._warn_loop(call, tool_name, attempt, check)
+        return outcome
+
+    def _warn_loop(
+        self, call: ToolCall, tool_name: str, attempt: int, check: LoopCheck | None
+    ) -> None:
         if check is not None and check.pattern is not None:
             # The warn band: observers hear of the pattern; dispatch went ahead.
             self._emit(
@@ -566,7 +584,53 @@ class TurnWorkflow:
                 tool=tool_name,
                 attempt=attempt,
             )
-        return outcome
+
+    async def _hooks_first(
+        self, call: ToolCall, tool_name: str, arguments: dict[str, Any], attempt: int
+    ) -> ToolDispatchResult | None:
+        """Ask the pre-tool hooks without executing; the refusal if they refuse."""
+        if not self._input.features.hooks:
+            return None
+        asked = await self._execute(call, tool_name, arguments, attempt, hooks_only=True)
+        if asked.hook is None:
+            return None
+        return await self._hook_decision(call, tool_name, arguments, attempt, asked.hook)
+
+    def _memo_hit(self, tool_name: str, arguments: dict[str, Any]) -> AttemptOutcome | None:
+        plan = self._input.memo
+        if plan is None:
+            return None
+        entry = self._memo.lookup(plan, tool_name, arguments, self._turn_number)
+        if entry is None:
+            return None
+        return AttemptOutcome(
+            output=with_cached_marker(entry.output),
+            is_error=False,
+            duration_ms=entry.duration_ms,  # the hit replays the original call's duration
+            resolved_tool_name=entry.resolved_tool_name,
+            display_hint=entry.display_hint,
+            cached=True,
+        )
+
+    def _memo_update(
+        self, call: ToolCall, tool_name: str, arguments: dict[str, Any], outcome: AttemptOutcome
+    ) -> None:
+        plan = self._input.memo
+        if plan is None or outcome.is_error or outcome.cached:
+            return
+        paths = self._input.memo_paths.get(call.id, [])
+        self._memo.written(plan, tool_name, paths)
+        self._memo.remember(
+            plan,
+            tool=tool_name,
+            arguments=arguments,
+            output=outcome.output,
+            duration_ms=outcome.duration_ms,
+            resolved_tool_name=outcome.resolved_tool_name,
+            display_hint=outcome.display_hint,
+            turn=self._turn_number,
+            paths=paths,
+        )
 
     def _post_event(
         self,
@@ -591,6 +655,8 @@ class TurnWorkflow:
             "started_at": _iso(outcome.started_at) if outcome else None,
             "finished_at": _iso(outcome.finished_at) if outcome else None,
         }
+        if outcome is not None and outcome.cached:
+            payload["cached"] = True
         if outcome is not None and outcome.post_hook_errors:
             payload["post_hook_errors"] = outcome.post_hook_errors
         return self._emit("tool_post", payload, call_id=call.id, tool=tool_name, attempt=attempt)
