@@ -18,6 +18,7 @@ from pathlib import Path
 from tooltrail import (
     AlwaysRecoverable,
     Analysis,
+    CircuitBreaker,
     FixedDelay,
     Host,
     InputFix,
@@ -37,6 +38,7 @@ from tooltrail.db.migrate import upgrade
 from tooltrail.db.store import AuditStore
 from tooltrail.embedded import start_dev_server
 from tooltrail.hooks import Ask, Block, PreToolUseContext
+from tooltrail.memoize import MemoizingMiddleware
 from tooltrail.results import TextPart
 from tooltrail.worker import build_worker
 
@@ -230,6 +232,19 @@ async def hooks_and_approval(tt: Tooltrail) -> str:
     return handle.turn_id
 
 
+async def breaker_and_memo(tt: Tooltrail) -> str:
+    await tt.run_turn([ToolCall("c0", "echo", {"text": "cache me"})], session_id="hist-memo")
+    turn = await tt.run_turn(
+        [
+            ToolCall("c1", "echo", {"text": "cache me"}),
+            ToolCall("c2", "fails", {}),
+            ToolCall("c3", "fails", {}),
+        ],
+        session_id="hist-memo",
+    )
+    return turn.turn_id
+
+
 async def close_session(tt: Tooltrail) -> str:
     await tt.run_turn([ToolCall("c1", "echo", {"text": "x"})], session_id="closing")
     workflow_id = f"close-session-closing-{uuid.uuid4()}"
@@ -256,6 +271,14 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "parallel_hard_error": (parallel_hard_error, Host(TOOLS, reflector=AlwaysRecoverable())),
     "loop_stop": (loop_stop, Host(TOOLS)),
     "hooks_and_approval": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
+    "breaker_and_memo": (
+        breaker_and_memo,
+        Host(
+            TOOLS,
+            circuit_breaker=CircuitBreaker(failure_threshold=1, recovery_s=60),
+            middleware=[MemoizingMiddleware(["echo"])],
+        ),
+    ),
 }
 
 

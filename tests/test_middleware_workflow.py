@@ -130,3 +130,43 @@ async def test_redaction_reaches_the_model_and_the_audit_trail(stack: StackFacto
     stored = str([e.payload for e in events]) + str([m.content for m in memory])
     assert "sk-abc123" not in stored
     assert "[REDACTED:token]" in stored
+
+
+async def test_permission_output_limit_and_verify_in_order(stack: StackFactory) -> None:
+    from tooltrail.middleware import (
+        OutputLimitMiddleware,
+        PermissionAllow,
+        PermissionDeny,
+        PermissionMiddleware,
+        PermissionModify,
+        VerifyMiddleware,
+    )
+
+    def policy(call: MiddlewareCall) -> object:
+        if call.arguments.get("command") == "rm -rf /":
+            return PermissionDeny("denied: destructive command")
+        if call.arguments.get("command") == "ls":
+            return PermissionModify({"command": "ls -la"})
+        return PermissionAllow()
+
+    def check(call: MiddlewareCall, result: MiddlewareResult) -> tuple[bool, str]:
+        return ("ran" in str(result.output), "output mentions the command")
+
+    layers = [OutputLimitMiddleware(60), PermissionMiddleware(policy), VerifyMiddleware(check)]
+    async with stack(Host([bash], middleware=layers)) as tt:
+        turn = await tt.run_turn(
+            [
+                ToolCall("a", "bash", {"command": "rm -rf /"}),
+                ToolCall("b", "bash", {"command": "ls"}),
+                ToolCall("c", "bash", {"command": "echo " + "x" * 80}),
+            ],
+            session_id="m",
+        )
+    denied, modified, limited = turn.results
+    assert (denied.output, denied.is_error, denied.duration_ms) == (
+        "Permission denied: destructive command for tool 'bash'",
+        True,
+        0.0,
+    )
+    assert modified.output == "ran ls -la\n\n[verify] passed: output mentions the command"
+    assert len(limited.output) == 60 and limited.output.endswith("\n[truncated]")
