@@ -390,8 +390,8 @@ def test_single_model_parameter_uses_that_model():
         "required": ["q"],
     }
     snapshot = find.validate({"q": "cats", "limit": "3"})
-    assert isinstance(snapshot, Query)
-    assert snapshot == Query(q="cats", limit=3)
+    assert isinstance(snapshot.model, Query)
+    assert snapshot.model == Query(q="cats", limit=3)
 
 
 def test_single_model_parameter_with_context_still_uses_the_model():
@@ -642,7 +642,8 @@ def typed(a: int, b: int, c: float = 1.0, tags: list[str] = Field(default_factor
 
 
 def test_validate_coerces_in_lax_mode():
-    snapshot = typed.validate({"a": "5", "b": 2})
+    # validate returns a Snapshot (guardrails spec §4.3): the model plus its canonical bytes.
+    snapshot = typed.validate({"a": "5", "b": 2}).model
     assert snapshot.a == 5  # type: ignore[attr-defined]
     assert snapshot.b == 2  # type: ignore[attr-defined]
     assert snapshot.c == 1.0  # type: ignore[attr-defined]
@@ -651,13 +652,15 @@ def test_validate_coerces_in_lax_mode():
 
 
 def test_validate_drops_unknown_keys():
-    snapshot = typed.validate({"a": 1, "b": 2, "zz": "ignored"})
+    result = typed.validate({"a": 1, "b": 2, "zz": "ignored"})
+    snapshot = result.model
     assert snapshot.model_dump() == {"a": 1, "b": 2, "c": 1.0, "tags": []}
     assert not hasattr(snapshot, "zz")
+    assert result.ignored_arguments == ("zz",)
 
 
 def test_snapshot_is_frozen():
-    snapshot = typed.validate({"a": 1, "b": 2})
+    snapshot = typed.validate({"a": 1, "b": 2}).model
     with pytest.raises(ValidationError):
         snapshot.a = 3  # type: ignore[attr-defined]
 
@@ -797,7 +800,8 @@ async def test_invoke_passes_deep_copies(tmp_path):
 
     snapshot = mutate.validate({"tags": ["a"], "nested": {"k": [1]}})
     assert await mutate.invoke(_ctx(tmp_path), snapshot) == "a,added"
-    assert snapshot.model_dump() == {"tags": ["a"], "nested": {"k": [1]}}
+    assert snapshot.model.model_dump() == {"tags": ["a"], "nested": {"k": [1]}}
+    assert snapshot.canonical == b'{"nested":{"k":[1]},"tags":["a"]}'
     # A second run sees the original values again.
     assert await mutate.invoke(_ctx(tmp_path), snapshot) == "a,added"
     assert seen[1] == (["a", "added"], {"k": [1, 99]})
@@ -813,8 +817,8 @@ async def test_invoke_model_parameter_gets_a_copy(tmp_path):
 
     snapshot = find.validate({"q": "cats"})
     assert await find.invoke(_ctx(tmp_path), snapshot) == "cats"
-    assert received[0] == snapshot
-    assert received[0] is not snapshot
+    assert received[0] == snapshot.model
+    assert received[0] is not snapshot.model
 
 
 async def test_invoke_runs_sync_bodies_in_a_worker_thread(tmp_path):

@@ -29,13 +29,18 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeAlias, TypeVar, cast
 
-from pydantic import BaseModel
-
 from tooltrail.errors import ToolError
 from tooltrail.results import Part, TextPart, ToolOutput
 from tooltrail.similarity import best_match
 from tooltrail.text import not_found, panicked
-from tooltrail.tools import ArgumentsRejected, Tool, ToolContext, ToolRegistry, to_output
+from tooltrail.tools import (
+    ArgumentsRejected,
+    Snapshot,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    to_output,
+)
 
 __all__ = [
     "TRUNCATION_MARKER",
@@ -264,7 +269,7 @@ class ToolCallMiddleware:
         )
 
 
-async def _run_body(found: Tool, ctx: ToolContext, snapshot: BaseModel) -> ToolOutput:
+async def _run_body(found: Tool, ctx: ToolContext, snapshot: Snapshot) -> ToolOutput:
     """Invoke a tool body with exception isolation; return a ``ToolOutput``."""
     scope: asyncio.Timeout | None = None
     try:

@@ -1,0 +1,1177 @@
+"""Idempotency of tool calls: policies, keys, the leased claim store and the resolution loop.
+
+Spec: ``guardrails-idempotency-access.md`` §5. A call of an idempotent tool is identified by a
+key derived from the tool name, the scope (the principal, or nothing) and the effective
+snapshot of its arguments. Before the body runs, the caller *claims* the key in a shared
+store. The claim is a lease, renewed while the body runs, so a crashed owner is taken over
+once its lease lapses, while a live one (even a zombie attempt Temporal already retried) is
+waited for. When the body finishes, its outcome is committed under the key for
+``ttl_seconds``. Every later call with the same key gets that outcome and the body does not
+run again.
+
+The SQL store compares times only with the database's clock: workers with skewed clocks
+still agree on who holds a lease and when an outcome expires. No transaction is held while a
+body runs.
+
+Exceptions raised here::
+
+    TooltrailError
+    ├── IdempotencyKeyError           an explicit key function failed (not retryable)
+    ├── CachedToolError               a cached failure was hit (not retryable)
+    └── IdempotencyStoreUnavailable   the store could not be reached (retryable)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, Protocol, TypeAlias, assert_never, cast
+
+from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic_core import to_jsonable_python
+from sqlalchemy import (
+    ColumnElement,
+    DateTime,
+    Table,
+    and_,
+    case,
+    delete,
+    func,
+    literal_column,
+    null,
+    or_,
+    select,
+    type_coerce,
+    update,
+)
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from tooltrail.db.orm import IdempotencyRecordRow
+from tooltrail.db.store import AuditStore, _aware, _insert
+from tooltrail.errors import ToolDefinitionError, TooltrailError
+from tooltrail.text import canonical_json
+
+__all__ = [
+    "KEY_VERSION",
+    "Acquired",
+    "Busy",
+    "CachedToolError",
+    "Claim",
+    "CompleteHook",
+    "Completed",
+    "Idempotency",
+    "IdempotencyKeyError",
+    "IdempotencyRecord",
+    "IdempotencyStore",
+    "IdempotencyStoreUnavailable",
+    "IdempotentResult",
+    "InMemoryIdempotencyStore",
+    "OutcomeHook",
+    "SqlIdempotencyStore",
+    "StoredOutcome",
+    "busy_text",
+    "canonical_snapshot_text",
+    "derive_key",
+    "resolve_idempotency",
+    "run_idempotent",
+]
+
+log = logging.getLogger("tooltrail.idempotency")
+
+KEY_VERSION = "tooltrail-idem/1"
+"""The first element of the hashed key material; bump it to invalidate every stored key."""
+
+_POLL_FIRST_S = 0.1
+_POLL_MAX_S = 2.0
+_COMPLETE_TRIES = 3
+_COMPLETE_BACKOFF_S = 0.1
+
+# -- errors ----------------------------------------------------------------------------------
+
+
+class IdempotencyKeyError(TooltrailError):
+    """Raised when an explicit key function raises or returns anything but a non-empty ``str``.
+
+    The body does not run and the store is untouched; retrying cannot help (not retryable).
+    """
+
+
+class CachedToolError(TooltrailError):
+    """Raised when a call hits a cached failure (``Idempotency(cache_failures=True)``).
+
+    The body does not run; the error repeats the original failure's type name and message.
+    """
+
+    def __init__(self, error_type: str, message: str, source_call_id: str | None = None) -> None:
+        """Create the error.
+
+        Args:
+            error_type: the class name of the exception the original body raised.
+            message: ``str()`` of that exception.
+            source_call_id: the call whose body failed.
+        """
+        super().__init__(error_type, message, source_call_id)
+        self.error_type = error_type
+        self.message = message
+        self.source_call_id = source_call_id
+
+    def __str__(self) -> str:
+        return f"{self.error_type}: {self.message}" if self.message else self.error_type
+
+
+class IdempotencyStoreUnavailable(TooltrailError):
+    """Raised when the idempotency store cannot be read or written (retryable).
+
+    An idempotent body never runs without a claim: the call fails closed and Temporal retries
+    the activity.
+    """
+
+
+# -- policy ----------------------------------------------------------------------------------
+
+_STRATEGIES = ("hash_input", "explicit", "none")
+_SCOPES = ("principal", "global")
+
+
+@dataclass(frozen=True)
+class Idempotency:
+    """How a tool's calls are deduplicated (spec §5.1).
+
+    ``Idempotency()`` hashes the effective arguments and scopes the key to the principal.
+    Check a policy with ``validate_for`` when the tool is registered.
+    """
+
+    strategy: Literal["hash_input", "explicit", "none"] = "hash_input"
+    """``hash_input``: the key material is the snapshot; ``explicit``: ``key(model)``;
+    ``none``: not idempotent (opts out of a class or module default)."""
+    key: Callable[[BaseModel], str] | None = None
+    """The key function of the ``explicit`` strategy; it receives the frozen model."""
+    ttl_seconds: int = 3600
+    """How long an outcome is served, from completion; hits do not extend it."""
+    cache_failures: bool = False
+    """Whether a failure is cached too (then hits raise ``CachedToolError``)."""
+    scope: Literal["principal", "global"] = "principal"
+    """``principal``: each principal has its own keys; ``global``: one key for everyone."""
+    lease_seconds: float = 60.0
+    """How long a claim lives without renewal; renewed every third of it while the body runs."""
+    wait_timeout_seconds: float = 90.0
+    """How long a call waits for another in-flight call with the same key."""
+
+    def validate_for(self, tool_name: str) -> None:
+        """Check the policy of the tool ``tool_name``; called at registration.
+
+        Raises:
+            ToolDefinitionError: ``explicit`` without ``key``, ``key`` with another strategy,
+                ``ttl_seconds <= 0``, ``lease_seconds <= 0``,
+                ``wait_timeout_seconds < lease_seconds``, or an unknown strategy or scope.
+        """
+        where = f"idempotency policy of tool {tool_name!r}"
+        if self.strategy not in _STRATEGIES:
+            raise ToolDefinitionError(
+                f"{where}: unknown strategy {self.strategy!r}; use one of {', '.join(_STRATEGIES)}"
+            )
+        if self.scope not in _SCOPES:
+            raise ToolDefinitionError(
+                f"{where}: unknown scope {self.scope!r}; use 'principal' or 'global'"
+            )
+        if self.strategy == "explicit" and self.key is None:
+            raise ToolDefinitionError(
+                f"{where}: strategy 'explicit' needs a key function (key=lambda model: ...)"
+            )
+        if self.strategy != "explicit" and self.key is not None:
+            raise ToolDefinitionError(
+                f"{where}: a key function needs strategy='explicit', not {self.strategy!r}"
+            )
+        if self.key is not None and not callable(self.key):
+            raise ToolDefinitionError(f"{where}: key must be callable")
+        if isinstance(self.ttl_seconds, bool) or not isinstance(self.ttl_seconds, int):
+            raise ToolDefinitionError(f"{where}: ttl_seconds must be an int")
+        if self.ttl_seconds <= 0:
+            raise ToolDefinitionError(f"{where}: ttl_seconds must be > 0, got {self.ttl_seconds}")
+        if not math.isfinite(self.lease_seconds) or self.lease_seconds <= 0:
+            raise ToolDefinitionError(
+                f"{where}: lease_seconds must be > 0, got {self.lease_seconds}"
+            )
+        if not self.wait_timeout_seconds >= self.lease_seconds:
+            raise ToolDefinitionError(
+                f"{where}: wait_timeout_seconds ({self.wait_timeout_seconds}) must be >= "
+                f"lease_seconds ({self.lease_seconds}), so a waiter outlives a dead owner's lease"
+            )
+
+
+def resolve_idempotency(value: bool | Idempotency | None) -> Idempotency | None:
+    """Return the effective policy of a declaration, or ``None`` when the store is not used.
+
+    ``True`` means ``Idempotency()``; ``False``, ``None`` (nothing declared anywhere) and a
+    policy with ``strategy="none"`` mean "not idempotent". Apply it to the *nearest*
+    declaration (method, then class, then module): it replaces the others wholesale. It does
+    not validate; call ``Idempotency.validate_for`` at registration.
+
+    Raises:
+        ToolDefinitionError: ``value`` is neither a bool, an ``Idempotency`` nor ``None``.
+    """
+    if value is None or value is False:
+        return None
+    if value is True:
+        return Idempotency()
+    if isinstance(value, Idempotency):
+        return None if value.strategy == "none" else value
+    raise ToolDefinitionError(
+        f"idempotent must be True, False or an Idempotency(...) policy, got {value!r}"
+    )
+
+
+# -- keys ------------------------------------------------------------------------------------
+
+
+def _model_of(snapshot_or_model: Any) -> BaseModel:
+    if isinstance(snapshot_or_model, BaseModel):
+        return snapshot_or_model
+    model = getattr(snapshot_or_model, "model", None)
+    if isinstance(model, BaseModel):
+        return model
+    raise TypeError(
+        "expected a pydantic model or a snapshot with a .model attribute, "
+        f"got {type(snapshot_or_model).__name__!r}"
+    )
+
+
+def canonical_snapshot_text(model: BaseModel) -> str:
+    """Return the canonical JSON text of a materialized model (spec §4.3), decoded.
+
+    Raises:
+        ValueError: the model holds a non-finite float.
+    """
+    return json.dumps(
+        model.model_dump(mode="json"),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    )
+
+
+def derive_key(
+    tool_name: str,
+    snapshot_or_model: Any,
+    *,
+    policy: Idempotency,
+    principal_id: str | None,
+) -> str:
+    """Return the idempotency key of a call (spec §5.2): 64 lowercase hex digits.
+
+    ``sha256(canonical_json([KEY_VERSION, tool_name, scope_id, material]))`` where
+    ``scope_id`` is ``principal_id`` (``None`` for ``scope="global"``) and ``material`` is
+    the snapshot's canonical JSON text (``hash_input``) or ``policy.key(model)``
+    (``explicit``).
+
+    Args:
+        tool_name: the registered tool name.
+        snapshot_or_model: the materialized pydantic model, or a snapshot with ``.model``.
+        policy: the tool's policy; its strategy must not be ``"none"``.
+        principal_id: the configured principal's id, or ``None`` when there is none.
+
+    Raises:
+        IdempotencyKeyError: the explicit key function raised or returned anything but a
+            non-empty ``str``.
+        ValueError: the policy's strategy is ``"none"``, or the snapshot holds inf/NaN.
+        TypeError: ``snapshot_or_model`` is neither a model nor a snapshot.
+    """
+    model = _model_of(snapshot_or_model)
+    if policy.strategy == "hash_input":
+        material = canonical_snapshot_text(model)
+    elif policy.strategy == "explicit":
+        material = _explicit_material(tool_name, model, policy)
+    else:
+        raise ValueError(f"tool {tool_name!r} is not idempotent (strategy 'none'): it has no key")
+    scope_id = principal_id if policy.scope == "principal" else None
+    text = canonical_json([KEY_VERSION, tool_name, scope_id, material])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _explicit_material(tool_name: str, model: BaseModel, policy: Idempotency) -> str:
+    if policy.key is None:
+        raise IdempotencyKeyError(f"tool {tool_name!r}: strategy 'explicit' has no key function")
+    try:
+        # A deep copy: a key function that mutates nested values cannot alter the snapshot.
+        material: object = policy.key(model.model_copy(deep=True))
+    except Exception as exc:
+        raise IdempotencyKeyError(
+            f"the idempotency key function of tool {tool_name!r} raised {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(material, str) or not material:
+        raise IdempotencyKeyError(
+            f"the idempotency key function of tool {tool_name!r} must return a non-empty str, "
+            f"got {material!r}"
+        )
+    return material
+
+
+# -- store contract --------------------------------------------------------------------------
+
+
+class StoredOutcome(BaseModel):
+    """A call's outcome as the store keeps it; ``value`` is JSON (normalized on creation)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool
+    """Whether the body returned (``True``) or raised (``False``)."""
+    value: Any = None
+    """The JSON-normalized return value of a success."""
+    error_type: str | None = None
+    """The exception's class name, for a failure."""
+    message: str | None = None
+    """``str()`` of the exception, for a failure."""
+    source_call_id: str | None = None
+    """The call whose body produced the outcome."""
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _jsonable(cls, value: Any) -> Any:
+        return to_jsonable_python(value)
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """The caller owns the key's claim and must run the body."""
+
+
+@dataclass(frozen=True)
+class Completed:
+    """The key has an unexpired outcome; the body must not run."""
+
+    outcome: StoredOutcome
+
+
+@dataclass(frozen=True)
+class Busy:
+    """Another owner holds a live claim on the key."""
+
+    lease_expires_at: datetime | None
+    """When that claim lapses unless renewed (database clock), if known."""
+
+
+Claim: TypeAlias = Acquired | Completed | Busy
+
+CompleteHook: TypeAlias = Callable[[AsyncSession | None, bool], Awaitable[None]]
+"""``also(session, completed)`` run inside ``complete``'s transaction, after its update.
+
+``session`` is the SQL store's session (``None`` for the in-memory store); ``completed`` is
+``False`` when the claim was no longer this owner's (the lease was lost). If the hook raises,
+nothing of the transaction is committed.
+"""
+
+
+class IdempotencyStore(Protocol):
+    """Where claims and outcomes live (spec §5.3). Expired entries read as misses."""
+
+    async def claim(self, key: str, *, tool_name: str, owner: str, lease_seconds: float) -> Claim:
+        """Claim ``key`` for ``owner``, or report its outcome or its live claim."""
+        ...
+
+    async def renew(self, key: str, *, owner: str, lease_seconds: float) -> bool:
+        """Extend ``owner``'s pending claim; ``False`` if it is no longer theirs."""
+        ...
+
+    async def complete(
+        self,
+        key: str,
+        *,
+        owner: str,
+        outcome: StoredOutcome,
+        ttl_seconds: int,
+        also: CompleteHook | None = None,
+    ) -> bool:
+        """Store ``outcome`` if ``owner`` still holds the pending claim; ``False`` if not."""
+        ...
+
+    async def release(self, key: str, *, owner: str) -> None:
+        """Drop ``owner``'s pending claim (no-op if it is not theirs)."""
+        ...
+
+    async def get(self, key: str) -> StoredOutcome | None:
+        """Return the unexpired outcome of ``key``, or ``None``."""
+        ...
+
+    async def put(self, key: str, outcome: StoredOutcome, *, ttl_seconds: int) -> None:
+        """Store an outcome for ``key`` directly (tests, operations); replaces any row."""
+        ...
+
+
+class IdempotencyRecord(BaseModel):
+    """A read-only copy of one stored key, for tests and operators."""
+
+    key: str
+    tool_name: str
+    scope_principal: str | None
+    state: Literal["pending", "succeeded", "failed"]
+    owner: str
+    lease_expires_at: datetime | None
+    outcome: StoredOutcome | None
+    source_call_id: str | None
+    created_at: datetime
+    completed_at: datetime | None
+    expires_at: datetime | None
+
+
+def _outcome_state(outcome: StoredOutcome) -> Literal["succeeded", "failed"]:
+    return "succeeded" if outcome.ok else "failed"
+
+
+def _put_owner(outcome: StoredOutcome) -> str:
+    return f"put:{outcome.source_call_id}" if outcome.source_call_id else "put"
+
+
+# -- in-memory store -------------------------------------------------------------------------
+
+
+@dataclass
+class _MemoryRow:
+    tool_name: str
+    scope_principal: str | None
+    state: Literal["pending", "succeeded", "failed"]
+    owner: str
+    lease_expires_at: datetime | None
+    created_at: datetime
+    outcome: StoredOutcome | None = None
+    completed_at: datetime | None = None
+    expires_at: datetime | None = None
+
+
+def _system_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class InMemoryIdempotencyStore:
+    """The store's semantics in a dict under an ``asyncio.Lock``, for one process.
+
+    For unit tests and dispatchers built without a database.
+
+    ``clock`` returns the current time as an aware ``datetime`` or as POSIX seconds; a fake
+    clock makes leases and TTLs testable without sleeping.
+    """
+
+    clock: Callable[[], datetime | float] = _system_clock
+    _rows: dict[str, _MemoryRow] = field(default_factory=dict, init=False, repr=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
+
+    def _now(self) -> datetime:
+        now = self.clock()
+        if isinstance(now, datetime):
+            return now if now.tzinfo is not None else now.replace(tzinfo=UTC)
+        return datetime.fromtimestamp(now, UTC)
+
+    @staticmethod
+    def _claimable(row: _MemoryRow, now: datetime) -> bool:
+        # The take-over condition of the SQL store, verbatim.
+        if row.state == "pending":
+            return row.lease_expires_at is not None and row.lease_expires_at < now
+        return row.expires_at is not None and row.expires_at <= now
+
+    async def claim(
+        self,
+        key: str,
+        *,
+        tool_name: str,
+        owner: str,
+        lease_seconds: float,
+        scope_principal: str | None = None,
+    ) -> Claim:
+        """Claim ``key`` for ``owner``; see ``IdempotencyStore.claim``."""
+        async with self._lock:
+            now = self._now()
+            row = self._rows.get(key)
+            if row is None or self._claimable(row, now):
+                self._rows[key] = _MemoryRow(
+                    tool_name=tool_name,
+                    scope_principal=scope_principal,
+                    state="pending",
+                    owner=owner,
+                    lease_expires_at=now + timedelta(seconds=lease_seconds),
+                    created_at=now,
+                )
+                return Acquired()
+            if row.state == "pending":
+                return Busy(row.lease_expires_at)
+            assert row.outcome is not None
+            return Completed(row.outcome)
+
+    def _pending_of(self, key: str, owner: str) -> _MemoryRow | None:
+        row = self._rows.get(key)
+        if row is None or row.owner != owner or row.state != "pending":
+            return None
+        return row
+
+    async def renew(self, key: str, *, owner: str, lease_seconds: float) -> bool:
+        """Extend ``owner``'s pending claim; see ``IdempotencyStore.renew``."""
+        async with self._lock:
+            row = self._pending_of(key, owner)
+            if row is None:
+                return False
+            row.lease_expires_at = self._now() + timedelta(seconds=lease_seconds)
+            return True
+
+    async def complete(
+        self,
+        key: str,
+        *,
+        owner: str,
+        outcome: StoredOutcome,
+        ttl_seconds: int,
+        also: CompleteHook | None = None,
+    ) -> bool:
+        """Store ``outcome`` for ``owner``'s claim; see ``IdempotencyStore.complete``.
+
+        ``also`` runs first (with ``session=None``); if it raises, nothing changes.
+        """
+        async with self._lock:
+            row = self._pending_of(key, owner)
+            if also is not None:
+                await also(None, row is not None)
+            if row is None:
+                return False
+            now = self._now()
+            row.state = _outcome_state(outcome)
+            row.outcome = outcome
+            row.lease_expires_at = None
+            row.completed_at = now
+            row.expires_at = now + timedelta(seconds=ttl_seconds)
+            return True
+
+    async def release(self, key: str, *, owner: str) -> None:
+        """Drop ``owner``'s pending claim; see ``IdempotencyStore.release``."""
+        async with self._lock:
+            if self._pending_of(key, owner) is not None:
+                del self._rows[key]
+
+    async def get(self, key: str) -> StoredOutcome | None:
+        """Return the unexpired outcome of ``key``, or ``None``."""
+        async with self._lock:
+            row = self._rows.get(key)
+            if row is None or row.state == "pending" or row.expires_at is None:
+                return None
+            return row.outcome if row.expires_at > self._now() else None
+
+    async def put(
+        self, key: str, outcome: StoredOutcome, *, ttl_seconds: int, tool_name: str = ""
+    ) -> None:
+        """Store an outcome directly; see ``IdempotencyStore.put``."""
+        async with self._lock:
+            now = self._now()
+            old = self._rows.get(key)
+            self._rows[key] = _MemoryRow(
+                tool_name=tool_name or (old.tool_name if old else ""),
+                scope_principal=old.scope_principal if old else None,
+                state=_outcome_state(outcome),
+                owner=_put_owner(outcome),
+                lease_expires_at=None,
+                created_at=now,
+                outcome=outcome,
+                completed_at=now,
+                expires_at=now + timedelta(seconds=ttl_seconds),
+            )
+
+    async def record(self, key: str) -> IdempotencyRecord | None:
+        """Return a copy of the row stored under ``key`` (expired or not), or ``None``."""
+        async with self._lock:
+            row = self._rows.get(key)
+            if row is None:
+                return None
+            return IdempotencyRecord(
+                key=key,
+                tool_name=row.tool_name,
+                scope_principal=row.scope_principal,
+                state=row.state,
+                owner=row.owner,
+                lease_expires_at=row.lease_expires_at,
+                outcome=row.outcome,
+                source_call_id=row.outcome.source_call_id if row.outcome else None,
+                created_at=row.created_at,
+                completed_at=row.completed_at,
+                expires_at=row.expires_at,
+            )
+
+    async def purge_expired(self) -> int:
+        """Delete expired outcomes; return how many. Correctness never depends on it."""
+        async with self._lock:
+            now = self._now()
+            gone = [
+                key
+                for key, row in self._rows.items()
+                if row.state != "pending" and row.expires_at is not None and row.expires_at <= now
+            ]
+            for key in gone:
+                del self._rows[key]
+            return len(gone)
+
+
+# -- SQL store -------------------------------------------------------------------------------
+
+_TABLE = cast(Table, IdempotencyRecordRow.__table__)
+_C = _TABLE.c
+# SQLAlchemy stores DATETIME on SQLite as text with six fractional digits; SQLite's own clock
+# gives three, so pad it: the text of both compares in time order.
+_SQLITE_NOW_FORMAT = "%Y-%m-%d %H:%M:%f"
+_DB_ERRORS = (DBAPIError, PoolTimeoutError, OSError, TimeoutError)
+
+
+class SqlIdempotencyStore:
+    """The idempotency store in the audit database's ``idempotency_record`` table (§5.4).
+
+    Every time comparison uses the database's clock; every method is one short transaction
+    (``claim`` at most two). Database failures raise ``IdempotencyStoreUnavailable``.
+    """
+
+    def __init__(self, store: AuditStore) -> None:
+        """Use the audit database of ``store`` (its engine and session factory)."""
+        self._store = store
+        self._postgres = store.engine.dialect.name == "postgresql"
+
+    def _db_now(self, plus_seconds: float = 0.0) -> ColumnElement[datetime]:
+        """The database's current time, plus a number of seconds, as a SQL expression."""
+        if not math.isfinite(plus_seconds):
+            raise ValueError(f"not a finite number of seconds: {plus_seconds!r}")
+        offset = f"{plus_seconds:.6f}"
+        if self._postgres:
+            # statement_timestamp(): the server's clock at the start of this statement, not
+            # the start of the transaction as now() would be.
+            sql = "statement_timestamp()"
+            if plus_seconds:
+                sql = f"(statement_timestamp() + interval '{offset} seconds')"
+            return literal_column(sql, DateTime(timezone=True))
+        # SQLite's 'now' is fixed for the duration of one statement.
+        expr = func.strftime(_SQLITE_NOW_FORMAT, "now", f"{offset} seconds").concat("000")
+        return type_coerce(expr, DateTime(timezone=True))
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, what: str) -> AsyncIterator[AsyncSession]:
+        try:
+            async with self._store.sessions.begin() as session:
+                yield session
+        except _DB_ERRORS as exc:
+            raise IdempotencyStoreUnavailable(
+                f"idempotency store unavailable ({what}): {type(exc).__name__}: {exc}"
+            ) from exc
+
+    async def claim(
+        self,
+        key: str,
+        *,
+        tool_name: str,
+        owner: str,
+        lease_seconds: float,
+        scope_principal: str | None = None,
+    ) -> Claim:
+        """Claim ``key`` for ``owner``; see ``IdempotencyStore.claim``.
+
+        1. insert a pending row (``ON CONFLICT DO NOTHING``): a new row means ``Acquired``;
+        2. take over a pending row whose lease lapsed, or a completed row that expired:
+           ``Acquired``;
+        3. read the row: an unexpired outcome means ``Completed``, a pending claim ``Busy``.
+
+        Raises:
+            IdempotencyStoreUnavailable: the database failed.
+        """
+        fresh = {
+            "tool_name": tool_name,
+            "scope_principal": scope_principal,
+            "state": "pending",
+            "owner": owner,
+            "lease_expires_at": self._db_now(lease_seconds),
+            "outcome": null(),
+            "source_call_id": None,
+            "created_at": self._db_now(),
+            "completed_at": None,
+            "expires_at": None,
+        }
+        # A row can vanish between the steps (released, or purged): then start over. After a
+        # few rounds of that, report Busy and let the caller poll.
+        for _ in range(3):
+            async with self._transaction("claim") as session:
+                inserted = await session.execute(
+                    _insert(session, _TABLE)
+                    .values(key=key, **fresh)
+                    .on_conflict_do_nothing(index_elements=["key"])
+                    .returning(_C.key)
+                )
+                if inserted.first() is not None:
+                    return Acquired()
+                now = self._db_now()
+                taken = await session.execute(
+                    update(_TABLE)
+                    .where(
+                        _C.key == key,
+                        or_(
+                            and_(_C.state == "pending", _C.lease_expires_at < now),
+                            and_(_C.state != "pending", _C.expires_at <= now),
+                        ),
+                    )
+                    .values(**fresh)
+                    .returning(_C.key)
+                )
+                if taken.first() is not None:
+                    return Acquired()
+            async with self._transaction("claim") as session:
+                row = (
+                    await session.execute(
+                        select(
+                            _C.state,
+                            _C.outcome,
+                            _C.lease_expires_at,
+                            case((_C.expires_at > self._db_now(), True), else_=False).label("live"),
+                        ).where(_C.key == key)
+                    )
+                ).first()
+            if row is None:
+                continue
+            if row.state == "pending":
+                return Busy(_aware(row.lease_expires_at))
+            if row.live and row.outcome is not None:
+                return Completed(StoredOutcome.model_validate(row.outcome))
+        return Busy(None)
+
+    def _owned(self, key: str, owner: str) -> ColumnElement[bool]:
+        return and_(_C.key == key, _C.owner == owner, _C.state == "pending")
+
+    async def renew(self, key: str, *, owner: str, lease_seconds: float) -> bool:
+        """Extend ``owner``'s pending claim; see ``IdempotencyStore.renew``.
+
+        Raises:
+            IdempotencyStoreUnavailable: the database failed.
+        """
+        async with self._transaction("renew") as session:
+            result = await session.execute(
+                update(_TABLE)
+                .where(self._owned(key, owner))
+                .values(lease_expires_at=self._db_now(lease_seconds))
+                .returning(_C.key)
+            )
+            return result.first() is not None
+
+    async def complete(
+        self,
+        key: str,
+        *,
+        owner: str,
+        outcome: StoredOutcome,
+        ttl_seconds: int,
+        also: CompleteHook | None = None,
+    ) -> bool:
+        """Store ``outcome`` for ``owner``'s claim; see ``IdempotencyStore.complete``.
+
+        ``also(session, completed)`` runs in the same transaction after the update, so the
+        caller's audit row commits together with the outcome, or neither does.
+
+        Raises:
+            IdempotencyStoreUnavailable: the database failed (nothing was committed).
+        """
+        async with self._transaction("complete") as session:
+            result = await session.execute(
+                update(_TABLE)
+                .where(self._owned(key, owner))
+                .values(
+                    state=_outcome_state(outcome),
+                    outcome=outcome.model_dump(mode="json"),
+                    source_call_id=outcome.source_call_id,
+                    lease_expires_at=None,
+                    completed_at=self._db_now(),
+                    expires_at=self._db_now(ttl_seconds),
+                )
+                .returning(_C.key)
+            )
+            completed = result.first() is not None
+            if also is not None:
+                await also(session, completed)
+            return completed
+
+    async def release(self, key: str, *, owner: str) -> None:
+        """Drop ``owner``'s pending claim; see ``IdempotencyStore.release``.
+
+        Raises:
+            IdempotencyStoreUnavailable: the database failed.
+        """
+        async with self._transaction("release") as session:
+            await session.execute(delete(_TABLE).where(self._owned(key, owner)))
+
+    async def get(self, key: str) -> StoredOutcome | None:
+        """Return the unexpired outcome of ``key``, or ``None``.
+
+        Raises:
+            IdempotencyStoreUnavailable: the database failed.
+        """
+        async with self._transaction("get") as session:
+            outcome = (
+                await session.execute(
+                    select(_C.outcome).where(
+                        _C.key == key, _C.state != "pending", _C.expires_at > self._db_now()
+                    )
+                )
+            ).scalar_one_or_none()
+        return None if outcome is None else StoredOutcome.model_validate(outcome)
+
+    async def put(
+        self, key: str, outcome: StoredOutcome, *, ttl_seconds: int, tool_name: str = ""
+    ) -> None:
+        """Store an outcome directly, replacing any row; see ``IdempotencyStore.put``.
+
+        Raises:
+            IdempotencyStoreUnavailable: the database failed.
+        """
+        values: dict[str, Any] = {
+            "state": _outcome_state(outcome),
+            "owner": _put_owner(outcome),
+            "lease_expires_at": None,
+            "outcome": outcome.model_dump(mode="json"),
+            "source_call_id": outcome.source_call_id,
+            "created_at": self._db_now(),
+            "completed_at": self._db_now(),
+            "expires_at": self._db_now(ttl_seconds),
+        }
+        replace = dict(values)
+        if tool_name:
+            replace["tool_name"] = tool_name
+        async with self._transaction("put") as session:
+            await session.execute(
+                _insert(session, _TABLE)
+                .values(key=key, tool_name=tool_name, scope_principal=None, **values)
+                .on_conflict_do_update(index_elements=["key"], set_=replace)
+            )
+
+    async def record(self, key: str) -> IdempotencyRecord | None:
+        """Return a copy of the row stored under ``key`` (expired or not), or ``None``.
+
+        Raises:
+            IdempotencyStoreUnavailable: the database failed.
+        """
+        async with self._transaction("record") as session:
+            row = await session.get(IdempotencyRecordRow, key)
+            if row is None:
+                return None
+            return IdempotencyRecord(
+                key=row.key,
+                tool_name=row.tool_name,
+                scope_principal=row.scope_principal,
+                state=row.state,  # the CHECK constraint holds it to the Literal
+                owner=row.owner,
+                lease_expires_at=_aware(row.lease_expires_at),
+                outcome=None if row.outcome is None else StoredOutcome.model_validate(row.outcome),
+                source_call_id=row.source_call_id,
+                created_at=_aware(row.created_at) or row.created_at,
+                completed_at=_aware(row.completed_at),
+                expires_at=_aware(row.expires_at),
+            )
+
+    async def purge_expired(self) -> int:
+        """Delete expired outcomes; return how many. Correctness never depends on it.
+
+        Raises:
+            IdempotencyStoreUnavailable: the database failed.
+        """
+        async with self._transaction("purge") as session:
+            result = await session.execute(
+                delete(_TABLE)
+                .where(_C.state != "pending", _C.expires_at <= self._db_now())
+                .returning(_C.key)
+            )
+            return len(result.all())
+
+
+# -- resolution (spec §5.5) ------------------------------------------------------------------
+
+OutcomeHook: TypeAlias = Callable[[AsyncSession | None, StoredOutcome, bool], Awaitable[None]]
+"""``on_complete(session, outcome, completed)``: the caller's share of the completing
+transaction (its audit row). ``completed=False`` means the lease was lost."""
+
+
+@dataclass(frozen=True)
+class IdempotentResult:
+    """What ``run_idempotent`` produced, when it did not raise."""
+
+    status: Literal["ok", "cache_hit", "idempotency_busy"]
+    """``ok``: this call ran the body; ``cache_hit``: a stored outcome was served;
+    ``idempotency_busy``: another call kept the key past the wait timeout."""
+    key: str
+    """The idempotency key."""
+    value: Any = None
+    """The JSON-normalized value (``ok`` and ``cache_hit``)."""
+    text: str | None = None
+    """The model-facing text (``idempotency_busy``)."""
+    source_call_id: str | None = None
+    """The call whose body produced ``value``."""
+    lease_lost: bool = False
+    """``ok`` only: the claim was taken over while the body ran, so nothing was cached."""
+
+    @property
+    def is_error(self) -> bool:
+        """Whether this is a soft error."""
+        return self.status == "idempotency_busy"
+
+
+def busy_text(tool_name: str, waited_seconds: float) -> str:
+    """The exact text of an ``idempotency_busy`` result."""
+    return (
+        f"idempotency busy: tool '{tool_name}' is already running with the same arguments; "
+        f"gave up after {waited_seconds:g}s"
+    )
+
+
+def _hit(key: str, outcome: StoredOutcome) -> IdempotentResult:
+    if not outcome.ok:
+        raise CachedToolError(
+            outcome.error_type or "Exception", outcome.message or "", outcome.source_call_id
+        )
+    return IdempotentResult(
+        status="cache_hit", key=key, value=outcome.value, source_call_id=outcome.source_call_id
+    )
+
+
+async def run_idempotent(
+    store: IdempotencyStore,
+    *,
+    key: str,
+    policy: Idempotency,
+    tool_name: str,
+    call_id: str,
+    attempt: int,
+    body: Callable[[], Awaitable[Any]],
+    heartbeat: Callable[[], None] | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    on_complete: OutcomeHook | None = None,
+) -> IdempotentResult:
+    """Run ``body`` at most once per key (spec §5.5): claim, then run, hit or wait.
+
+    - **Acquired:** run the body, renewing the lease every ``lease_seconds / 3`` (and calling
+      ``heartbeat``). A success is completed (``on_complete`` joins that transaction, which
+      is tried up to 3 times). If the claim was taken over meanwhile, the result is still
+      returned, uncached, with ``lease_lost=True``. If the body raises, the failure is
+      completed (``cache_failures``) or the claim released, and the same exception
+      propagates. On cancellation the claim is released (best effort).
+    - **Completed:** a success is a ``cache_hit``; a cached failure raises ``CachedToolError``.
+    - **Busy:** poll ``claim`` with backoff (0.1 s doubling, at most 2 s), calling
+      ``heartbeat`` each time, until the claim resolves or ``wait_timeout_seconds`` pass;
+      then the result is ``idempotency_busy``.
+
+    Args:
+        store: the idempotency store.
+        key: the call's key (``derive_key``).
+        policy: the tool's policy.
+        tool_name: the tool name (for the claim and the busy text).
+        call_id: the model's tool-call id; the claim's owner is ``f"{call_id}#{attempt}"``.
+        attempt: the Temporal activity attempt.
+        body: runs the tool body once; its value is JSON-normalized and cached.
+        heartbeat: called while the body runs and while waiting (an activity heartbeat).
+        sleep: waits between polls and retries (replaceable in tests).
+        on_complete: the caller's writes to join the completing transaction.
+
+    Raises:
+        CachedToolError: a cached failure was hit.
+        IdempotencyStoreUnavailable: the store failed; the body did not run, or its outcome
+            could not be recorded.
+        BaseException: whatever the body raised, the same instance.
+    """
+    owner = f"{call_id}#{attempt}"
+    started = time.monotonic()
+    slept = 0.0
+    delay = _POLL_FIRST_S
+    while True:
+        claim = await store.claim(
+            key, tool_name=tool_name, owner=owner, lease_seconds=policy.lease_seconds
+        )
+        if isinstance(claim, Acquired):
+            return await _run_owned(
+                store,
+                key=key,
+                owner=owner,
+                policy=policy,
+                call_id=call_id,
+                body=body,
+                heartbeat=heartbeat,
+                sleep=sleep,
+                on_complete=on_complete,
+            )
+        if isinstance(claim, Completed):
+            return _hit(key, claim.outcome)
+        if isinstance(claim, Busy):
+            # Elapsed time is the larger of the wall clock and the time slept, so a fake
+            # sleep in tests still reaches the timeout.
+            remaining = policy.wait_timeout_seconds - max(time.monotonic() - started, slept)
+            if remaining <= 0:
+                return IdempotentResult(
+                    status="idempotency_busy",
+                    key=key,
+                    text=busy_text(tool_name, policy.wait_timeout_seconds),
+                )
+            pause = min(delay, remaining)
+            await sleep(pause)
+            slept += pause
+            delay = min(delay * 2, _POLL_MAX_S)
+            if heartbeat is not None:
+                heartbeat()
+            continue
+        assert_never(claim)
+
+
+async def _renew_until(
+    stop: asyncio.Event,
+    store: IdempotencyStore,
+    *,
+    key: str,
+    owner: str,
+    lease_seconds: float,
+    heartbeat: Callable[[], None] | None,
+) -> None:
+    # Never raises: a failed renewal only risks a take-over, which `complete` then reports.
+    interval = lease_seconds / 3
+    renewing = True
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=interval)
+        if stop.is_set():
+            return
+        if heartbeat is not None:
+            try:
+                heartbeat()
+            except Exception:
+                log.warning("heartbeat failed for idempotency key %s", key, exc_info=True)
+        if not renewing:
+            continue
+        try:
+            if not await store.renew(key, owner=owner, lease_seconds=lease_seconds):
+                log.warning(
+                    "lease of idempotency key %s was taken over from %r while its body ran",
+                    key,
+                    owner,
+                )
+                renewing = False
+        except Exception:
+            log.warning("could not renew idempotency key %s", key, exc_info=True)
+
+
+async def _release_quietly(store: IdempotencyStore, key: str, owner: str) -> None:
+    try:
+        await asyncio.shield(store.release(key, owner=owner))
+    except Exception:
+        # The lease runs out on its own; the next call then takes over.
+        log.warning("could not release idempotency key %s of %r", key, owner, exc_info=True)
+
+
+async def _complete(
+    store: IdempotencyStore,
+    *,
+    key: str,
+    owner: str,
+    outcome: StoredOutcome,
+    ttl_seconds: int,
+    sleep: Callable[[float], Awaitable[None]],
+    on_complete: OutcomeHook | None,
+) -> bool:
+    also: CompleteHook | None = None
+    if on_complete is not None:
+        hook = on_complete
+
+        async def join(session: AsyncSession | None, completed: bool) -> None:
+            await hook(session, outcome, completed)
+
+        also = join
+
+    for attempt in range(_COMPLETE_TRIES):
+        try:
+            if also is None:
+                # Stores that follow the spec's contract verbatim need not know `also`.
+                return await store.complete(
+                    key, owner=owner, outcome=outcome, ttl_seconds=ttl_seconds
+                )
+            return await store.complete(
+                key, owner=owner, outcome=outcome, ttl_seconds=ttl_seconds, also=also
+            )
+        except IdempotencyStoreUnavailable:
+            if attempt == _COMPLETE_TRIES - 1:
+                raise
+            log.warning("completing idempotency key %s failed; retrying", key, exc_info=True)
+            await sleep(_COMPLETE_BACKOFF_S * 2**attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _run_owned(
+    store: IdempotencyStore,
+    *,
+    key: str,
+    owner: str,
+    policy: Idempotency,
+    call_id: str,
+    body: Callable[[], Awaitable[Any]],
+    heartbeat: Callable[[], None] | None,
+    sleep: Callable[[float], Awaitable[None]],
+    on_complete: OutcomeHook | None,
+) -> IdempotentResult:
+    stop = asyncio.Event()
+    renewer = asyncio.create_task(
+        _renew_until(
+            stop,
+            store,
+            key=key,
+            owner=owner,
+            lease_seconds=policy.lease_seconds,
+            heartbeat=heartbeat,
+        )
+    )
+    try:
+        try:
+            value = to_jsonable_python(await body())
+        finally:
+            stop.set()
+            try:
+                await renewer
+            except asyncio.CancelledError:
+                renewer.cancel()
+                raise
+    except Exception as exc:
+        if not policy.cache_failures:
+            await _release_quietly(store, key, owner)
+            raise
+        failure = StoredOutcome(
+            ok=False, error_type=type(exc).__name__, message=str(exc), source_call_id=call_id
+        )
+        await _complete(
+            store,
+            key=key,
+            owner=owner,
+            outcome=failure,
+            ttl_seconds=policy.ttl_seconds,
+            sleep=sleep,
+            on_complete=on_complete,
+        )
+        raise
+    except BaseException:
+        # Cancellation (or an interpreter exit): give the key back so nobody waits a lease.
+        await _release_quietly(store, key, owner)
+        raise
+    success = StoredOutcome(ok=True, value=value, source_call_id=call_id)
+    completed = await _complete(
+        store,
+        key=key,
+        owner=owner,
+        outcome=success,
+        ttl_seconds=policy.ttl_seconds,
+        sleep=sleep,
+        on_complete=on_complete,
+    )
+    return IdempotentResult(
+        status="ok",
+        key=key,
+        value=success.value,
+        source_call_id=call_id,
+        lease_lost=not completed,
+    )
