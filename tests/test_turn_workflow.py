@@ -424,3 +424,22 @@ async def test_audit_trail_on_both_databases(stack: StackFactory, db_url: str) -
     assert [t.turn_id for t in listed] == [turn.turn_id]
     assert listed[0].error_results == 1 and listed[0].event_count == 9
     assert [t.turn_id for t in errors] == [turn.turn_id]
+
+
+async def test_duplicate_call_ids_run_once(stack: StackFactory) -> None:
+    before = calls["echo"]
+    async with stack(Host([echo])) as tt:
+        turn = await tt.run_turn(
+            [
+                ToolCall("same", "echo", {"text": "first"}),
+                ToolCall("same", "echo", {"text": "second"}),
+                ToolCall("other", "echo", {"text": "third"}),
+            ],
+            session_id="s",
+        )
+    assert [(r.tool_call_id, r.output, r.is_error) for r in turn.results] == [
+        ("same", "first", False),
+        ("same", "duplicate tool_call_id 'same': only the first call with this id runs", True),
+        ("other", "third", False),
+    ]
+    assert calls["echo"] - before == 2

@@ -17,6 +17,7 @@ from tooltrail.results import ImagePart, Part, TextPart
 __all__ = [
     "MEMORY_FIELD_LIMIT",
     "canonical_json",
+    "duplicate_call_id",
     "invalid_arguments",
     "not_available",
     "not_found",
@@ -88,6 +89,11 @@ def panicked(name: str, message: str) -> str:
     if not message:
         return f"tool '{name}' panicked (unknown payload)"
     return f"tool '{name}' panicked: {message}"
+
+
+def duplicate_call_id(call_id: str) -> str:
+    """Text for a call whose id an earlier call of the same turn already used."""
+    return f"duplicate tool_call_id '{call_id}': only the first call with this id runs"
 
 
 def invalid_arguments(reason: str) -> str:

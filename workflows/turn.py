@@ -39,6 +39,7 @@ from tooltrail.recovery import (
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.text import (
     canonical_json,
+    duplicate_call_id,
     invalid_arguments,
     not_available,
     render_text,
@@ -374,7 +375,14 @@ class TurnWorkflow:
         advertised = set(inp.advertised)
         slots: list[ToolDispatchResult | None] = [None] * len(inp.calls)
         batch: list[tuple[int, ToolCall, dict[str, Any]]] = []
+        seen: set[str] = set()
         for position, call in enumerate(inp.calls):
+            if call.id in seen:
+                # Results pair with calls by id: a second call with the same id could not be
+                # told apart from the first, so only the first one runs.
+                slots[position] = _pre_answered(call, duplicate_call_id(call.id))
+                continue
+            seen.add(call.id)
             if call.name not in advertised:
                 # Never advertised: answered before dispatch, no events, no activity.
                 slots[position] = _pre_answered(call, not_available(call.name))
