@@ -23,6 +23,7 @@ from temporalio import activity
 
 from tooltrail.breaker import CircuitBreaker, HealthStore
 from tooltrail.db.store import AuditStore
+from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.hooks import PostToolUseContext, PreToolUseContext, run_post_hooks, run_pre_hooks
 from tooltrail.middleware import (
     Middleware,
@@ -160,6 +161,7 @@ class ToolActivities:
         hook_timeout_s: float = 30.0,
         middleware: Sequence[Middleware] = (),
         breaker: CircuitBreaker | None = None,
+        dispatcher: ToolDispatcher | None = None,
     ) -> None:
         """Wire the registry, the audit recorder and the scratch directories.
 
@@ -173,6 +175,8 @@ class ToolActivities:
             hook_timeout_s: how long one hook call may take.
             middleware: the layers around the registry core; the first is the outermost.
             breaker: the circuit breaker configuration, or ``None`` for no health registry.
+            dispatcher: the worker's dispatcher (access gate, guardrails, idempotency);
+                default: one on ``registry`` with no gate and an in-memory store.
         """
         self.registry = registry
         self.recorder = recorder
@@ -181,7 +185,7 @@ class ToolActivities:
         self.hooks = list(hooks)
         self.hook_timeout_s = hook_timeout_s
         self.middleware = list(middleware)
-        self.core = ToolCallMiddleware(registry)
+        self.core = ToolCallMiddleware(dispatcher or ToolDispatcher(registry))
         self.health = None if breaker is None else (HealthStore(recorder.store), breaker)
 
     @activity.defn(name=TOOL_EXECUTE)
@@ -326,4 +330,5 @@ class ToolActivities:
             display_hint=result.display_hint,
             flushed=flushed,
             reflector=self.reflector,
+            dispatch=None if result.dispatch is None else result.dispatch.model_dump(mode="json"),
         )

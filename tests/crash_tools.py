@@ -11,7 +11,7 @@ import signal
 import time
 from pathlib import Path
 
-from tooltrail import AlwaysRecoverable, Host, ToolError, tool
+from tooltrail import AlwaysRecoverable, Host, PostToolUseContext, ToolError, tool
 
 
 def _record(name: str) -> int:
@@ -61,6 +61,30 @@ def fails_once() -> str:
     return "second run worked"
 
 
+@tool(idempotent=True)
+def charge(amount: int) -> str:
+    """A side effect that must happen at most once."""
+    _record("charge")
+    return f"charged {amount}"
+
+
+class KillAfterFirstCharge:
+    """Kills the worker right after the first charge committed its idempotent outcome."""
+
+    async def post_tool(self, ctx: PostToolUseContext) -> None:
+        if ctx.tool_name == "charge" and runs("charge") == 1 and not _marker("killed"):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _marker(name: str) -> bool:
+    path = Path(os.environ["TOOLTRAIL_CRASH_DIR"]) / name
+    if path.exists():
+        return True
+    path.touch()
+    return False
+
+
 host = Host([echo, fragile, fragile_once, fails_once])
 recovering_host = Host([echo, fragile, fragile_once, fails_once], reflector=AlwaysRecoverable())
-HOSTS = {"plain": host, "recovering": recovering_host}
+idempotent_host = Host([echo, charge], hooks=[KillAfterFirstCharge()])
+HOSTS = {"plain": host, "recovering": recovering_host, "idempotent": idempotent_host}

@@ -20,7 +20,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from tests import crash_tools
-from tooltrail import FixedDelay, RunConfig, ToolCall, Tooltrail
+from tooltrail import FixedDelay, Host, RunConfig, ToolCall, Tooltrail
 from tooltrail.db.store import AuditStore
 from tooltrail.worker import build_worker
 
@@ -169,3 +169,42 @@ async def test_worker_killed_during_a_backoff(
         ("tool_pre", 1),
         ("tool_post", 1),
     ]
+
+
+async def test_crash_after_an_idempotent_outcome_committed(
+    temporal_env: WorkflowEnvironment,
+    sqlite_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Spec scenario 27: attempt 1 commits its outcome, then the worker dies; attempt 2 must
+    # find the outcome instead of charging again.
+    monkeypatch.setenv("TOOLTRAIL_CRASH_DIR", str(tmp_path))
+    address = temporal_env.client.service_client.config.target_host
+    task_queue = f"crash-{uuid.uuid4()}"
+    store = AuditStore(sqlite_url)
+    survivor_host = Host(crash_tools.idempotent_host.registry)
+    tt = Tooltrail(temporal_env.client, survivor_host, task_queue=task_queue, store=store)
+    try:
+        doomed = await start_worker_process(address, task_queue, sqlite_url, "idempotent")
+        handle = await tt.start_turn(
+            [ToolCall("c1", "charge", {"amount": 5})],
+            session_id="crash",
+            config=RunConfig(heartbeat_timeout_s=2),
+        )
+        assert await asyncio.wait_for(doomed.wait(), timeout=60) == -9
+        async with build_worker(
+            temporal_env.client, survivor_host, task_queue=task_queue, store=store
+        ):
+            turn = await asyncio.wait_for(handle.result(), timeout=60)
+        events = await tt.audit(turn.turn_id)
+    finally:
+        await store.close()
+    assert turn.results[0].output == "charged 5"
+    assert crash_tools.runs("charge") == 1, "the side effect happened once"
+    post = next(e for e in events if e.kind == "tool_post")
+    assert (post.payload["dispatch"]["status"], post.payload["dispatch"]["source_call_id"]) == (
+        "cache_hit",
+        "c1",
+    )
+    assert post.payload["dispatch"]["attempt"] == 2

@@ -38,10 +38,12 @@ from tooltrail.idempotency import (
     SqlIdempotencyStore,
     StoredOutcome,
     busy_text,
+    canonical_snapshot_text,
     derive_key,
     resolve_idempotency,
     run_idempotent,
 )
+from tooltrail.text import canonical_json
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -122,11 +124,20 @@ def test_global_scope_ignores_the_principal() -> None:
     assert keys != {derive_key("t", Args(a=1), policy=HASH, principal_id="p1")}
 
 
-def test_key_accepts_a_snapshot_with_a_model_attribute() -> None:
+def test_key_accepts_a_snapshot_and_uses_its_frozen_bytes() -> None:
     model = Args(a=1, tags=["q"])
-    snapshot = SimpleNamespace(model=model, canonical=b"ignored")
-    assert derive_key("t", snapshot, policy=HASH, principal_id="p1") == derive_key(
+    same = SimpleNamespace(model=model, canonical=canonical_snapshot_text(model).encode())
+    assert derive_key("t", same, policy=HASH, principal_id="p1") == derive_key(
         "t", model, policy=HASH, principal_id="p1"
+    )
+    # The snapshot's bytes, computed once when the arguments were frozen, are the material
+    # (spec §4.3): the model is not serialised a second time.
+    other = SimpleNamespace(model=model, canonical=b'{"a":2}')
+    assert (
+        derive_key("t", other, policy=HASH, principal_id="p1")
+        == hashlib.sha256(
+            canonical_json(["tooltrail-idem/1", "t", "p1", '{"a":2}']).encode()
+        ).hexdigest()
     )
     with pytest.raises(TypeError, match="pydantic model or a snapshot"):
         derive_key("t", {"a": 1}, policy=HASH, principal_id="p1")

@@ -22,9 +22,11 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
 
+from tooltrail.access import AccessDecision
 from tooltrail.config import RunConfig
 from tooltrail.db.migrate import check_schema, upgrade
 from tooltrail.db.store import AuditStore, TurnSummary
+from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.embedded import start_dev_server
 from tooltrail.errors import (
     ConfigurationError,
@@ -256,6 +258,18 @@ class Tooltrail:
     def get_turn(self, turn_id: str) -> TurnHandle:
         """Return the handle of an existing turn."""
         return TurnHandle(self.client.get_workflow_handle(turn_id, result_type=TurnOutput))
+
+    async def authorize_tool(
+        self, name: str, arguments: dict[str, Any] | None = None
+    ) -> AccessDecision:
+        """Preflight: would the host's access gate let this call through? Runs nothing.
+
+        Raises:
+            UnknownToolError: the tool is not registered.
+        """
+        return await ToolDispatcher(self.host.registry, access=self.host.access).authorize_tool(
+            name, arguments
+        )
 
     async def audit(self, turn_id: str) -> list[AuditEvent]:
         """Return a turn's audit trail, ordered by ``seq``."""

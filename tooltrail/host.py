@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tooltrail.access import AccessConfig
 from tooltrail.breaker import CircuitBreaker
 from tooltrail.memoize import MemoizingMiddleware
 from tooltrail.planner import CallVerdict
@@ -34,7 +35,7 @@ class Host:
         reflector: Reflector | None = None,
         circuit_breaker: CircuitBreaker | None = None,
         memory: bool = True,
-        access: Any = None,
+        access: AccessConfig | None = None,
         database_url: str | None = None,
         scratch_base: Path | None = None,
         managed_scratch: bool = True,

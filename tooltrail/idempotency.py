@@ -288,8 +288,14 @@ def derive_key(
         TypeError: ``snapshot_or_model`` is neither a model nor a snapshot.
     """
     model = _model_of(snapshot_or_model)
+    canonical = getattr(snapshot_or_model, "canonical", None)
     if policy.strategy == "hash_input":
-        material = canonical_snapshot_text(model)
+        # The snapshot's bytes were computed once when the arguments were frozen (spec §4.3).
+        material = (
+            canonical.decode("utf-8")
+            if isinstance(canonical, bytes)
+            else canonical_snapshot_text(model)
+        )
     elif policy.strategy == "explicit":
         material = _explicit_material(tool_name, model, policy)
     else:

@@ -29,17 +29,18 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeAlias, TypeVar, cast
 
+from temporalio import activity
+
+from tooltrail.dispatcher import DispatchResult, ToolDispatcher
 from tooltrail.errors import ToolError
+from tooltrail.idempotency import CachedToolError, IdempotencyStoreUnavailable
 from tooltrail.results import Part, TextPart, ToolOutput
 from tooltrail.similarity import best_match
 from tooltrail.text import not_found, panicked
 from tooltrail.tools import (
-    ArgumentsRejected,
-    Snapshot,
     Tool,
     ToolContext,
     ToolRegistry,
-    to_output,
 )
 
 __all__ = [
@@ -118,6 +119,8 @@ class MiddlewareResult:
     """A hint for user interfaces."""
     tool_call_id: str = ""
     """Informational only: the engine stamps the model-issued id after the pipeline."""
+    dispatch: Any = None
+    """The core's dispatch record (a ``DispatchRecord``) for the audit trail, if it ran."""
 
 
 Next: TypeAlias = Callable[[MiddlewareCall], Awaitable[MiddlewareResult]]
@@ -213,27 +216,30 @@ class ToolCallMiddleware:
     """The registry core: always the innermost handler of a pipeline (spec §2.3).
 
     Unlike the layers it does not take a ``next``: it is a ``Next`` itself. It looks up the
-    name as it reaches the core, validates the arguments, runs the body with exception
-    isolation and measures wall time with a monotonic clock:
+    name as it reaches the core (a miss is the soft ``Tool not found`` text, duration 0) and
+    hands the call to the ``ToolDispatcher`` (access gate, guardrails, idempotency, body),
+    isolating the body's exceptions:
 
-    - unknown name: soft ``Tool not found: {name}. Available: {list}``, duration 0;
-    - rejected arguments: soft ``guardrail violation: ...``, duration 0;
     - ``ToolError``: soft, ``str(err)`` verbatim; any other ``Exception``: soft
       ``tool '{name}' panicked: {message}``, logged at ERROR;
-    - the tool's own ``timeout_s``: soft ``Tool '{name}' timed out after {secs}s``.
+    - the tool's own ``timeout_s``: soft ``Tool '{name}' timed out after {secs}s``;
+    - refusals (access denied, guardrail violation, idempotency busy): soft, duration 0.
 
     ``asyncio.CancelledError`` is never caught; it also tells a sync body (running in a
-    thread) to stop through ``ctx.cancelled``. Heartbeats and the lost-worker check stay in
-    the activity, around the whole pipeline.
+    thread) to stop through ``ctx.cancelled``. An unavailable idempotency store propagates,
+    so Temporal retries the attempt (an idempotent body never runs without a claim).
     """
 
-    def __init__(self, registry: ToolRegistry) -> None:
-        """Serve the tools of ``registry``.
+    def __init__(self, dispatcher: ToolDispatcher | ToolRegistry) -> None:
+        """Serve the tools of a dispatcher (or of a registry, with a plain dispatcher).
 
         Args:
-            registry: the worker's tools.
+            dispatcher: the worker's dispatcher, or a registry to build one on.
         """
-        self.registry = registry
+        if isinstance(dispatcher, ToolRegistry):
+            dispatcher = ToolDispatcher(dispatcher)
+        self.dispatcher = dispatcher
+        self.registry = dispatcher.registry
 
     def __repr__(self) -> str:
         return f"ToolCallMiddleware({sorted(self.registry.names())!r})"
@@ -250,49 +256,83 @@ class ToolCallMiddleware:
         found = self.registry.lookup(call.tool_name)
         if found is None:
             return _soft(call, not_found(call.tool_name, self.registry.names()))
-        try:
-            snapshot = found.validate(call.arguments)
-        except ArgumentsRejected as rejected:
-            return replace(_soft(call, str(rejected)), resolved_tool_name=found.name)
         # A fresh cancel flag per execution: a layer that retries (a timeout retry) must not
         # hand the new body the flag it raised to stop the previous one.
         ctx = replace(call.ctx, _cancel=threading.Event())
         started = time.monotonic()
-        output = await _run_body(found, ctx, snapshot)
+        output, dispatched = await _dispatch_isolated(self.dispatcher, found, call, ctx)
+        refused = dispatched is not None and dispatched.status in _REFUSALS
         return MiddlewareResult(
             output=output.parts if output.parts is not None else (output.text or ""),
             is_error=output.is_error,
-            duration_ms=(time.monotonic() - started) * 1000.0,
+            duration_ms=0.0 if refused else (time.monotonic() - started) * 1000.0,
             resolved_tool_name=found.name,
             display_hint=output.display_hint,
             tool_call_id=call.tool_call_id,
+            dispatch=None if dispatched is None else dispatched.record,
         )
 
 
-async def _run_body(found: Tool, ctx: ToolContext, snapshot: Snapshot) -> ToolOutput:
-    """Invoke a tool body with exception isolation; return a ``ToolOutput``."""
+_REFUSALS = frozenset({"access_denied", "guardrail_violation", "idempotency_busy"})
+
+
+async def _dispatch_isolated(
+    dispatcher: ToolDispatcher, found: Tool, call: MiddlewareCall, ctx: ToolContext
+) -> tuple[ToolOutput, DispatchResult | None]:
+    """Dispatch with exception isolation; return the output and the dispatch result."""
     scope: asyncio.Timeout | None = None
+    heartbeat = _activity_heartbeat()
     try:
-        if found.timeout_s is None:
-            value = await found.invoke(ctx, snapshot)
-        else:
-            async with asyncio.timeout(found.timeout_s) as scope:
-                value = await found.invoke(ctx, snapshot)
-        return to_output(value)
+        async with asyncio.timeout(found.timeout_s) as scope:
+            result = await dispatcher.dispatch(
+                call.tool_name,
+                call.arguments,
+                call_id=call.tool_call_id,
+                attempt=_activity_attempt(),
+                ctx=ctx,
+                heartbeat=heartbeat,
+            )
+        if result.output is None:
+            return ToolOutput(text=result.text or "", is_error=result.is_error), result
+        return result.output, result
     except asyncio.CancelledError:
         ctx._cancel.set()
         raise
+    except IdempotencyStoreUnavailable:
+        raise
+    except CachedToolError as cached:
+        # The failure the first call produced, replayed: the same soft text.
+        text = cached.message if cached.error_type == "ToolError" else None
+        return ToolOutput(
+            text=text if text is not None else panicked(found.name, cached.message), is_error=True
+        ), None
     except ToolError as err:
-        return ToolOutput(text=str(err), is_error=True)
+        return ToolOutput(text=str(err), is_error=True), None
     except Exception as exc:
         if isinstance(exc, TimeoutError) and scope is not None and scope.expired():
             ctx._cancel.set()
             return ToolOutput(
                 text=f"Tool '{found.name}' timed out after {int(found.timeout_s or 0)}s",
                 is_error=True,
-            )
+            ), None
         tool_log.error("tool %r panicked", found.name, exc_info=True)
-        return ToolOutput(text=panicked(found.name, str(exc)), is_error=True)
+        return ToolOutput(text=panicked(found.name, str(exc)), is_error=True), None
+
+
+def _activity_attempt() -> int:
+    # The owner of an idempotency claim is call id + Temporal attempt (1-based).
+    try:
+        return activity.info().attempt
+    except RuntimeError:
+        return 1
+
+
+def _activity_heartbeat() -> Callable[[], None] | None:
+    try:
+        activity.info()
+    except RuntimeError:
+        return None
+    return lambda: activity.heartbeat()
 
 
 # -- TimeoutMiddleware ---------------------------------------------------------------------

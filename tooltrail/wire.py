@@ -227,6 +227,8 @@ class AttemptOutcome(BaseModel):
     """The circuit breaker of the requested tool is open: the tool did not run."""
     cached: bool = False
     """Served from the session's memoize cache by the workflow (no activity ran)."""
+    dispatch: dict[str, Any] | None = None
+    """The dispatcher's audit record (access, guardrails, idempotency: spec §8)."""
     post_hook_errors: list[str] = Field(default_factory=list)
     """Post-tool hooks that raised (logged and ignored)."""
 

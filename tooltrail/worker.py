@@ -16,8 +16,10 @@ from activities import AuditActivities, RecoveryActivities, SessionActivities, T
 from activities.tool_execution import Recorder
 from tooltrail.db.migrate import check_schema
 from tooltrail.db.store import AuditStore
+from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.errors import ConfigurationError
 from tooltrail.host import Host
+from tooltrail.idempotency import SqlIdempotencyStore
 from tooltrail.middleware import RedactingMiddleware
 from tooltrail.recovery import NoopReflector
 from tooltrail.scratch import ScratchDirs
@@ -58,8 +60,12 @@ def build_worker(
         scratch: session scratch directories (default: from the host).
         **worker_options: passed to ``temporalio.worker.Worker``.
     """
-    host.registry.freeze()
     scratch = scratch or ScratchDirs(host.scratch_base, enabled=host.managed_scratch)
+    dispatcher = ToolDispatcher(
+        host.registry, store=SqlIdempotencyStore(store), access=host.access, scratch=scratch
+    )
+    # Identity and tools are fixed once the worker exists (spec: frozen registry and access).
+    dispatcher.freeze()
     recorder = Recorder(
         store,
         host.observers,
@@ -74,6 +80,7 @@ def build_worker(
         hook_timeout_s=host.hook_timeout_s,
         middleware=host.middleware,
         breaker=host.circuit_breaker,
+        dispatcher=dispatcher,
     )
     audit = AuditActivities(recorder)
     sessions = SessionActivities(scratch)

@@ -665,6 +665,8 @@ class TurnWorkflow:
         }
         if outcome is not None and outcome.cached:
             payload["cached"] = True
+        if outcome is not None and outcome.dispatch is not None:
+            payload["dispatch"] = outcome.dispatch
         if outcome is not None and outcome.post_hook_errors:
             payload["post_hook_errors"] = outcome.post_hook_errors
         return self._emit("tool_post", payload, call_id=call.id, tool=tool_name, attempt=attempt)
