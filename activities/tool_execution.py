@@ -34,8 +34,8 @@ from tooltrail.middleware import (
 )
 from tooltrail.observers import deliver
 from tooltrail.scratch import ScratchDirs
-from tooltrail.text import render_text
-from tooltrail.tools import ToolContext, ToolRegistry
+from tooltrail.text import not_found, render_text
+from tooltrail.tools import ArgumentsRejected, ToolContext, ToolRegistry
 from tooltrail.wire import TOOL_EXECUTE, AttemptOutcome, ExecuteAttempt, Flush
 
 __all__ = ["BODY_STARTED", "Recorder", "ToolActivities", "heartbeating", "interrupted_text"]
@@ -225,6 +225,11 @@ class ToolActivities:
                 flushed=flushed,
                 reflector=self.reflector,
             )
+        if inp.shadow:
+            # A shadow replay changes nothing shared: no breaker gate or health record, no
+            # tool body, no post hooks (user code with side effects); the result comes from
+            # the original turn's audit trail, screened by today's access gate and guardrails.
+            return await self._shadow_attempt(inp, flushed)
         if self.health is not None and not await self._gate(*self.health, inp.tool_name):
             return AttemptOutcome(
                 output=BREAKER_OPEN_TEXT,
@@ -254,6 +259,44 @@ class ToolActivities:
                 timeout_s=self.hook_timeout_s,
             )
         return outcome
+
+    async def _shadow_attempt(self, inp: ExecuteAttempt, flushed: bool) -> AttemptOutcome:
+        def soft(text: str) -> AttemptOutcome:
+            return AttemptOutcome(
+                output=text,
+                is_error=True,
+                duration_ms=0.0,
+                resolved_tool_name=inp.tool_name,
+                flushed=flushed,
+                reflector=self.reflector,
+            )
+
+        dispatcher = self.core.dispatcher
+        found = dispatcher.lookup(inp.tool_name)
+        if found is None:
+            return soft(not_found(inp.tool_name, self.registry.names()))
+        decision = await dispatcher.access.check(inp.tool_name, found.kind, inp.arguments)
+        if not decision.allowed:
+            return soft(decision.error_text)
+        try:
+            found.validate(inp.arguments)
+        except ArgumentsRejected as rejected:
+            return soft(str(rejected))
+        recorded = inp.recorded
+        if recorded is None:
+            return soft(
+                f"shadow replay: the original turn has no result for attempt {inp.attempt} "
+                f"of call {inp.tool_call_id!r}"
+            )
+        return AttemptOutcome(
+            output=recorded.output,
+            is_error=recorded.is_error,
+            duration_ms=recorded.duration_ms,
+            resolved_tool_name=recorded.resolved_tool_name,
+            display_hint=recorded.display_hint,
+            flushed=flushed,
+            reflector=self.reflector,
+        )
 
     @staticmethod
     async def _gate(health: HealthStore, breaker: CircuitBreaker, tool_name: str) -> bool:

@@ -245,6 +245,14 @@ async def breaker_and_memo(tt: Tooltrail) -> str:
     return turn.turn_id
 
 
+async def shadow_replay(tt: Tooltrail) -> str:
+    original = await tt.run_turn(
+        [ToolCall("c1", "echo", {"text": "a"}), ToolCall("c2", "fails", {})], session_id="hist"
+    )
+    report = await tt.rerun(original.turn_id, shadow=True)
+    return report.new_turn_id
+
+
 async def close_session(tt: Tooltrail) -> str:
     await tt.run_turn([ToolCall("c1", "echo", {"text": "x"})], session_id="closing")
     workflow_id = f"close-session-closing-{uuid.uuid4()}"
@@ -271,6 +279,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "parallel_hard_error": (parallel_hard_error, Host(TOOLS, reflector=AlwaysRecoverable())),
     "loop_stop": (loop_stop, Host(TOOLS)),
     "hooks_and_approval": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
+    "shadow_replay": (shadow_replay, Host(TOOLS)),
     "breaker_and_memo": (
         breaker_and_memo,
         Host(

@@ -14,6 +14,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -34,8 +35,10 @@ app = typer.Typer(
 )
 audit_app = typer.Typer(help="Read the audit trail.", no_args_is_help=True)
 db_app = typer.Typer(help="Manage the audit database.", no_args_is_help=True)
+history_app = typer.Typer(help="Export workflow histories.", no_args_is_help=True)
 app.add_typer(audit_app, name="audit")
 app.add_typer(db_app, name="db")
+app.add_typer(history_app, name="history")
 
 console = Console()
 errors = Console(stderr=True)
@@ -428,6 +431,142 @@ def approvals(
         console.print("nothing is waiting for approval")
     for item in pending if not json_output else []:
         console.print(f"{item.tool_call_id}  {item.tool_name}  {item.question}")
+
+
+async def _client(temporal_address: str | None) -> Any:
+    from tooltrail.worker import connect_client
+
+    address, namespace = _client_options()
+    return await connect_client(temporal_address or address, namespace=namespace)
+
+
+@history_app.command("export")
+def history_export(
+    turn_id: Annotated[str | None, typer.Argument(help="The turn to export.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="File for one turn (default: stdout).")
+    ] = None,
+    recent: Annotated[
+        int | None, typer.Option(help="Export the N newest turns into --directory.")
+    ] = None,
+    directory: Annotated[Path, typer.Option("-d", "--directory")] = Path("histories"),
+    temporal_address: AddressOption = None,
+) -> None:
+    """Export turn histories in Temporal's JSON history format."""
+    from tooltrail.histories import export_history, export_recent
+
+    if (turn_id is None) == (recent is None):
+        raise typer.BadParameter("give a TURN, or --recent N (not both)")
+
+    async def go() -> list[Path] | str:
+        client = await _client(temporal_address)
+        if recent is not None:
+            return await export_recent(client, directory, limit=recent)
+        return await export_history(client, turn_id or "")
+
+    result = _run(go())
+    if isinstance(result, list):
+        console.print(f"exported {len(result)} histories to {directory}")
+    elif output is None:
+        console.file.write(result + "\n")
+    else:
+        output.write_text(result + "\n")
+        console.print(f"exported {turn_id} to {output}")
+
+
+@app.command()
+def replay(
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="History files or directories of them.")
+    ] = None,
+    query: Annotated[
+        str | None,
+        typer.Option(
+            help="Replay turns fetched from the server, e.g. 'WorkflowType=\"TurnWorkflow\"'."
+        ),
+    ] = None,
+    limit: Annotated[int, typer.Option(help="At most this many histories from --query.")] = 100,
+    temporal_address: AddressOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Replay histories against the current workflow code; exit 1 on any nondeterminism."""
+    from tooltrail.histories import fetch_histories, load_histories, replay_histories
+
+    if not paths and query is None:
+        raise typer.BadParameter("give history files or directories, or --query")
+
+    async def go() -> Any:
+        histories = load_histories(paths or [])
+        if query is not None:
+            histories += await fetch_histories(
+                await _client(temporal_address), query=query, limit=limit
+            )
+        return await replay_histories(histories)
+
+    report = _run(go())
+    if json_output:
+        print_json(console, [o.model_dump(mode="json") for o in report.outcomes])
+    else:
+        for outcome in report.outcomes:
+            mark = "[green]ok[/green]    " if outcome.ok else "[red]FAILED[/red]"
+            console.print(f"{mark} {outcome.source}", soft_wrap=True)
+            if outcome.error:
+                console.print(f"       {outcome.error}", soft_wrap=True, markup=False)
+        console.print(
+            f"{len(report.outcomes) - len(report.failures)} replayed, "
+            f"{len(report.failures)} nondeterministic"
+        )
+    if not report.outcomes:
+        errors.print("[red]error:[/red] no histories to replay")
+        raise typer.Exit(1)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def rerun(
+    turn_id: Annotated[str, typer.Argument(help="The turn to run again.")],
+    tools: ToolsOption,
+    shadow: Annotated[
+        bool,
+        typer.Option("--shadow", help="Serve tool results from the audit trail (no side effects)."),
+    ] = False,
+    session: Annotated[str | None, typer.Option(help="Session of the new turn.")] = None,
+    temporal_address: AddressOption = None,
+    task_queue: Annotated[str | None, typer.Option(envvar="TOOLTRAIL_TASK_QUEUE")] = None,
+    database_url: DatabaseOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Run a past turn's calls again (or in shadow) and show where the new turn differs."""
+    import tooltrail
+
+    host = load_host(tools)
+
+    async def go() -> Any:
+        async with tooltrail.connect(
+            host,
+            temporal_address=temporal_address,
+            task_queue=task_queue,
+            database_url=database_url,
+        ) as tt:
+            return await tt.rerun(turn_id, shadow=shadow, session_id=session)
+
+    report = _run(go())
+    if json_output:
+        print_json(console, report.model_dump(mode="json"))
+        return
+    console.print(f"{report.mode} of {report.original_turn_id}: {report.new_turn_id}")
+    if report.same:
+        console.print("[green]no difference[/green]")
+        return
+    from rich.table import Table
+
+    table = Table(title="Divergences", title_justify="left")
+    for column in ("call", "aspect", "original", "now"):
+        table.add_column(column, overflow="fold")
+    for item in report.divergences:
+        table.add_row(item.tool_call_id or "(turn)", item.aspect, str(item.original), str(item.now))
+    console.print(table)
 
 
 @db_app.command("upgrade")

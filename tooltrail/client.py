@@ -11,7 +11,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from temporalio.client import (
     Client,
@@ -37,6 +37,7 @@ from tooltrail.errors import (
     TurnFailed,
 )
 from tooltrail.host import Host
+from tooltrail.replays import RerunReport, compare, load_turn
 from tooltrail.results import ToolCall
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
@@ -48,6 +49,8 @@ from tooltrail.wire import (
     HostFeatures,
     MemoryEntry,
     PendingApproval,
+    SessionState,
+    ShadowPlan,
     TurnInput,
     TurnOutput,
 )
@@ -171,6 +174,8 @@ class Tooltrail:
         turn_id: str | None = None,
         execution_timeout: timedelta | None = None,
         ends_run: bool = False,
+        rerun_of: str | None = None,
+        shadow: ShadowPlan | None = None,
     ) -> TurnHandle:
         """Start a turn workflow and return its handle.
 
@@ -183,6 +188,8 @@ class Tooltrail:
             execution_timeout: an optional limit for the whole turn.
             ends_run: this turn ends the run (a loop pattern at stop level is then cleared,
                 so the session's next run starts clean).
+            rerun_of: the turn this one re-runs (see ``rerun``).
+            shadow: serve every tool result from a past turn's audit trail (see ``rerun``).
 
         Raises:
             ConfigurationError: ``turn_id`` was already used.
@@ -190,7 +197,7 @@ class Tooltrail:
         turn_id = turn_id or f"turn-{uuid.uuid4()}"
         names = self.host.registry.names() if advertised is None else list(advertised)
         config = config or RunConfig()
-        session = await self.store.session_state(session_id)
+        session = SessionState() if shadow else await self.store.session_state(session_id)
         inp = TurnInput(
             session_id=session_id,
             calls=list(calls),
@@ -201,6 +208,8 @@ class Tooltrail:
             features=HostFeatures(hooks=bool(self.host.hooks), memory=self.host.memory),
             session=session,
             ends_run=ends_run,
+            rerun_of=rerun_of,
+            shadow=shadow,
             **self._memo_inputs(calls),
         )
         try:
@@ -254,6 +263,54 @@ class Tooltrail:
             ends_run=ends_run,
         )
         return await handle.result()
+
+    async def rerun(
+        self,
+        turn_id: str,
+        *,
+        shadow: bool = False,
+        session_id: str | None = None,
+        config: RunConfig | None = None,
+    ) -> RerunReport:
+        """Run a past turn's calls again and report where the new turn differs.
+
+        Args:
+            turn_id: the past turn.
+            shadow: serve every tool result from the past turn's audit trail instead of
+                running tools (no side effects; nothing shared changes): the report shows
+                where today's code and host wiring decide differently.
+            session_id: the session of the new turn (default: the original's).
+            config: dispatch configuration (default: the original turn's).
+
+        Raises:
+            ConfigurationError: the audit trail has no such turn.
+        """
+        original = await load_turn(self.store, turn_id)
+        mode: Literal["rerun", "shadow"] = "shadow" if shadow else "rerun"
+        new_turn_id = f"{mode}-{turn_id}-{uuid.uuid4().hex[:8]}"
+        plan = (
+            ShadowPlan(of_turn=turn_id, attempts=original.attempts, detector=original.detector)
+            if shadow
+            else None
+        )
+        handle = await self.start_turn(
+            original.calls,
+            session_id=session_id or original.turn.session_id,
+            advertised=original.advertised,
+            config=config or original.config,
+            turn_id=new_turn_id,
+            rerun_of=turn_id,
+            shadow=plan,
+        )
+        with contextlib.suppress(TurnError):  # a hard error is part of what gets compared
+            await handle.result()
+        new = await load_turn(self.store, new_turn_id)
+        return RerunReport(
+            original_turn_id=turn_id,
+            new_turn_id=new_turn_id,
+            mode=mode,
+            divergences=compare(original, new),
+        )
 
     def get_turn(self, turn_id: str) -> TurnHandle:
         """Return the handle of an existing turn."""

@@ -36,9 +36,11 @@ __all__ = [
     "MemoryEntry",
     "PendingApproval",
     "RecordTurn",
+    "RecordedAttempt",
     "ReflectInput",
     "ReflectOutcome",
     "SessionState",
+    "ShadowPlan",
     "ToolMeta",
     "TurnInput",
     "TurnOutput",
@@ -119,6 +121,8 @@ class TurnRecord(BaseModel):
     call_count: int = 0
     error: str | None = None
     error_type: str | None = None
+    rerun_of: str | None = None
+    mode: Literal["live", "rerun", "shadow"] = "live"
 
 
 class SessionState(BaseModel):
@@ -158,6 +162,26 @@ class ToolMeta(BaseModel):
     retry_on_interrupt: bool = True
 
 
+class RecordedAttempt(BaseModel):
+    """One attempt's result as the audit trail holds it (for shadow replays)."""
+
+    output: str | list[Part]
+    is_error: bool
+    duration_ms: float = 0.0
+    resolved_tool_name: str
+    display_hint: str | None = None
+
+
+class ShadowPlan(BaseModel):
+    """A shadow replay: every tool result comes from the original turn's audit trail."""
+
+    of_turn: str
+    attempts: dict[str, RecordedAttempt] = Field(default_factory=dict)
+    """By ``{tool_call_id}#{attempt}``."""
+    detector: LoopDetector | None = None
+    """The loop detector as the original turn started, when it was recorded."""
+
+
 class TurnInput(BaseModel):
     """Input of ``TurnWorkflow``."""
 
@@ -179,6 +203,10 @@ class TurnInput(BaseModel):
     """The host's ``MemoizingMiddleware`` configuration, if it has one."""
     memo_paths: dict[str, list[str]] = Field(default_factory=dict)
     """Per call id, the paths it touches (for write-tool eviction)."""
+    rerun_of: str | None = None
+    """The turn this one re-runs (``tooltrail rerun``)."""
+    shadow: ShadowPlan | None = None
+    """Serve every tool result from the audit trail: no tool runs, nothing shared changes."""
 
 
 class TurnOutput(BaseModel):
@@ -203,6 +231,10 @@ class ExecuteAttempt(BaseModel):
     hooks_only: bool = False
     """Run the pre-tool hooks and stop: the loop detector refuses this attempt unless a hook
     blocks it first (hooks come before detection)."""
+    shadow: bool = False
+    """A shadow replay: never run the tool; serve ``recorded`` (or report it missing)."""
+    recorded: RecordedAttempt | None = None
+    """The original turn's result of this attempt (shadow replays)."""
 
 
 class AttemptOutcome(BaseModel):

@@ -152,6 +152,8 @@ class TurnWorkflow:
             session_id=inp.session_id,
             started_at=workflow.now(),
             call_count=len(inp.calls),
+            rerun_of=inp.rerun_of,
+            mode="shadow" if inp.shadow else ("rerun" if inp.rerun_of else "live"),
         )
         self._next_seq = 0
         self._events: list[AuditEvent] = []
@@ -162,8 +164,12 @@ class TurnWorkflow:
         # Interactive approvals: calls parked on a hook's Ask, and the answers received.
         self._waiting: dict[str, PendingApproval] = {}
         self._answers: dict[str, ApprovalInput] = {}
-        # Session-scoped state carried in from the previous turn and out to the next.
-        self._detector = inp.session.detector.model_copy(deep=True)
+        # Session-scoped state carried in from the previous turn and out to the next. A shadow
+        # replay starts from the state the original turn started with, and saves nothing.
+        start = inp.session.detector
+        if inp.shadow is not None:
+            start = inp.shadow.detector or type(start)()
+        self._detector = start.model_copy(deep=True)
         self._memo = inp.session.memo.model_copy(deep=True)
         self._turn_number = inp.session.version
         if inp.memo is not None:
@@ -253,15 +259,17 @@ class TurnWorkflow:
         detection = self._input.config.detection
         if self._input.ends_run and detection.enabled:
             self._detector.end_of_run(detection)
-        flush = self._flush().model_copy(
-            update={
-                "session": SessionState(
-                    version=self._input.session.version + 1,
-                    detector=self._detector,
-                    memo=self._memo,
-                )
-            }
-        )
+        flush = self._flush()
+        if self._input.shadow is None:
+            flush = flush.model_copy(
+                update={
+                    "session": SessionState(
+                        version=self._input.session.version + 1,
+                        detector=self._detector,
+                        memo=self._memo,
+                    )
+                }
+            )
         try:
             await workflow.execute_activity(
                 AUDIT_RECORD,
@@ -305,6 +313,10 @@ class TurnWorkflow:
                 "calls": len(inp.calls),
                 "advertised": inp.advertised,
                 "config": inp.config.model_dump(mode="json"),
+                # What a later shadow replay needs to start where this turn started.
+                "detector": self._detector.model_dump(mode="json"),
+                "rerun_of": inp.rerun_of,
+                "shadow_of": inp.shadow.of_turn if inp.shadow else None,
             },
         )
         # on_tool_call_received fires for every call, unknown ones included, before dispatch.
@@ -495,7 +507,7 @@ class TurnWorkflow:
             self._memo_update(call, tool_name, arguments, outcome)
             # 6e memory: successful results only.
             if not result.is_error:
-                if self._input.features.memory:
+                if self._input.features.memory and self._input.shadow is None:
                     self._remember(call, tool_name, arguments, text, post)
                 # 7
                 return result
@@ -606,7 +618,7 @@ class TurnWorkflow:
 
     def _memo_hit(self, tool_name: str, arguments: dict[str, Any]) -> AttemptOutcome | None:
         plan = self._input.memo
-        if plan is None:
+        if plan is None or self._input.shadow is not None:
             return None
         entry = self._memo.lookup(plan, tool_name, arguments, self._turn_number)
         if entry is None:
@@ -624,7 +636,7 @@ class TurnWorkflow:
         self, call: ToolCall, tool_name: str, arguments: dict[str, Any], outcome: AttemptOutcome
     ) -> None:
         plan = self._input.memo
-        if plan is None or outcome.is_error or outcome.cached:
+        if plan is None or outcome.is_error or outcome.cached or self._input.shadow is not None:
             return
         paths = self._input.memo_paths.get(call.id, [])
         self._memo.written(plan, tool_name, paths)
@@ -870,6 +882,12 @@ class TurnWorkflow:
                     flush=flush,
                     skip_pre_hooks=skip_pre_hooks,
                     hooks_only=hooks_only,
+                    shadow=self._input.shadow is not None,
+                    recorded=(
+                        self._input.shadow.attempts.get(f"{call.id}#{attempt}")
+                        if self._input.shadow is not None
+                        else None
+                    ),
                 ),
                 result_type=AttemptOutcome,
                 start_to_close_timeout=timeout,

@@ -68,6 +68,10 @@ class TurnRow(Base):
     call_count: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text)
     error_type: Mapped[str | None] = mapped_column(String(64))
+    rerun_of: Mapped[str | None] = mapped_column(String(255), index=True)
+    """The turn this one re-runs (``tooltrail rerun``), if any."""
+    mode: Mapped[str] = mapped_column(String(16), default="live", server_default="live")
+    """``live``, ``rerun`` (tools ran again) or ``shadow`` (results served from the trail)."""
 
 
 class AuditEventRow(Base):

@@ -1,0 +1,139 @@
+"""Workflow histories: export them, and replay them against the current workflow code.
+
+A replay that fails means the current code would break turns recorded with the old code
+(nondeterminism): the deploy must not happen, or the change needs ``workflow.patched``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from tooltrail.worker import sandbox_runner
+from workflows import CloseSessionWorkflow, TurnWorkflow
+
+__all__ = [
+    "ReplayOutcome",
+    "ReplayReport",
+    "export_history",
+    "export_recent",
+    "fetch_histories",
+    "load_histories",
+    "replay_histories",
+]
+
+TURN_QUERY = 'WorkflowType="TurnWorkflow"'
+
+
+class ReplayOutcome(BaseModel):
+    """How one history replayed."""
+
+    workflow_id: str
+    source: str
+    ok: bool
+    error: str | None = None
+
+
+class ReplayReport(BaseModel):
+    """The replay of a set of histories."""
+
+    outcomes: list[ReplayOutcome]
+
+    @property
+    def ok(self) -> bool:
+        """True when every history replayed."""
+        return all(outcome.ok for outcome in self.outcomes)
+
+    @property
+    def failures(self) -> list[ReplayOutcome]:
+        """The histories that did not replay."""
+        return [outcome for outcome in self.outcomes if not outcome.ok]
+
+
+async def export_history(client: Client, turn_id: str) -> str:
+    """Return a turn's history in Temporal's JSON history format."""
+    history = await client.get_workflow_handle(turn_id).fetch_history()
+    return history.to_json()
+
+
+async def export_recent(
+    client: Client, directory: Path, *, limit: int = 20, query: str = TURN_QUERY
+) -> list[Path]:
+    """Write the newest matching histories to ``directory/<workflow id>.json``."""
+    await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
+    written = []
+    async for execution in client.list_workflows(query, limit=limit):
+        path = directory / f"{execution.id}.json"
+        text = await export_history(client, execution.id)
+        await asyncio.to_thread(path.write_text, text + "\n")
+        written.append(path)
+    return written
+
+
+def load_histories(paths: Iterable[Path]) -> list[tuple[str, WorkflowHistory]]:
+    """Read histories from files and directories (``*.json`` inside them)."""
+    files: list[Path] = []
+    for path in paths:
+        files.extend(sorted(path.glob("*.json")) if path.is_dir() else [path])
+    histories = []
+    for file in files:
+        text = file.read_text()
+        workflow_id = _workflow_id(text) or file.stem
+        histories.append((str(file), WorkflowHistory.from_json(workflow_id, text)))
+    return histories
+
+
+def _workflow_id(text: str) -> str | None:
+    # Temporal's JSON export does not carry the workflow id; ours is the file name, unless
+    # the first event names a parent or the caller wrote one alongside.
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        return None
+    value = data.get("workflowId") if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
+
+
+async def fetch_histories(
+    client: Client, *, query: str = TURN_QUERY, limit: int = 100
+) -> list[tuple[str, WorkflowHistory]]:
+    """Fetch the histories of the workflows a visibility query matches."""
+    histories = []
+    async for execution in client.list_workflows(query, limit=limit):
+        history = await client.get_workflow_handle(execution.id).fetch_history()
+        histories.append((f"server:{execution.id}", history))
+    return histories
+
+
+async def replay_histories(
+    histories: Sequence[tuple[str, WorkflowHistory]], *, workflows: Sequence[type] | None = None
+) -> ReplayReport:
+    """Replay histories against the workflow code (default: tooltrail's workflows)."""
+    if workflows is None:
+        workflows = [TurnWorkflow, CloseSessionWorkflow]
+    replayer = Replayer(
+        workflows=list(workflows),
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandbox_runner(),
+    )
+    outcomes = []
+    for source, history in histories:
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        failure = result.replay_failure
+        outcomes.append(
+            ReplayOutcome(
+                workflow_id=history.workflow_id,
+                source=source,
+                ok=failure is None,
+                error=None if failure is None else f"{type(failure).__name__}: {failure}",
+            )
+        )
+    return ReplayReport(outcomes=outcomes)

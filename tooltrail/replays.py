@@ -1,0 +1,174 @@
+"""Re-running past turns: ``rerun`` (the tools run again) and ``shadow`` (they do not).
+
+Both start a new turn with the recorded calls of a past turn, linked to it in the ``turn``
+table, then compare the two audit trails call by call. A shadow replay serves every tool
+result from the original audit trail, so it has no side effects: what it reports is where
+today's code and host configuration decide differently (a call now blocked, refused, retried
+or resolved differently), not whether the tools behave differently.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from tooltrail.config import RunConfig
+from tooltrail.db.store import AuditStore
+from tooltrail.detection import LoopDetector
+from tooltrail.errors import ConfigurationError
+from tooltrail.results import ToolCall, ToolDispatchResult
+from tooltrail.wire import AuditEvent, RecordedAttempt, TurnRecord
+
+__all__ = ["CallTrace", "Divergence", "RecordedTurn", "RerunReport", "compare", "load_turn"]
+
+
+class CallTrace(BaseModel):
+    """What happened to one call, as its events tell it."""
+
+    tool_call_id: str
+    tool: str
+    attempts: int = 0
+    """Executed or refused attempts (``tool_pre`` events)."""
+    decisions: list[str] = Field(default_factory=list)
+    """Hook decisions, breaker refusals and loop stops, in order."""
+    resolved_tool_name: str | None = None
+    output: Any = None
+    is_error: bool | None = None
+
+
+class RecordedTurn(BaseModel):
+    """A past turn, read back from the audit trail."""
+
+    turn: TurnRecord
+    calls: list[ToolCall]
+    advertised: list[str]
+    config: RunConfig
+    detector: LoopDetector | None = None
+    results: list[ToolDispatchResult] = Field(default_factory=list)
+    """What the model got back (empty when the turn ended in a hard error)."""
+    traces: dict[str, CallTrace] = Field(default_factory=dict)
+    attempts: dict[str, RecordedAttempt] = Field(default_factory=dict)
+    """Every attempt's result, by ``{tool_call_id}#{attempt}``."""
+
+
+class Divergence(BaseModel):
+    """One difference between the original turn and its re-run."""
+
+    tool_call_id: str | None
+    """``None`` for the turn as a whole."""
+    aspect: str
+    original: Any
+    now: Any
+
+
+class RerunReport(BaseModel):
+    """The outcome of a rerun or shadow replay."""
+
+    original_turn_id: str
+    new_turn_id: str
+    mode: Literal["rerun", "shadow"]
+    divergences: list[Divergence]
+
+    @property
+    def same(self) -> bool:
+        """True when nothing diverged."""
+        return not self.divergences
+
+
+def _trace(events: list[AuditEvent]) -> dict[str, CallTrace]:
+    traces: dict[str, CallTrace] = {}
+    for event in events:
+        call_id = event.tool_call_id
+        if call_id is None:
+            continue
+        trace = traces.setdefault(
+            call_id, CallTrace(tool_call_id=call_id, tool=event.tool_name or "")
+        )
+        payload = event.payload
+        if event.kind == "tool_pre":
+            trace.attempts += 1
+        elif event.kind == "hook_decision":
+            outcome = payload.get("outcome")
+            trace.decisions.append(
+                f"hook {payload.get('decision')}" + (f" ({outcome})" if outcome else "")
+            )
+        elif event.kind == "breaker_refused":
+            trace.decisions.append("breaker refused")
+        elif event.kind == "loop_detected" and payload.get("stop"):
+            trace.decisions.append("loop stop")
+        elif event.kind == "tool_post":
+            trace.resolved_tool_name = payload.get("resolved_tool_name")
+            trace.output = payload.get("output")
+            trace.is_error = payload.get("is_error")
+    return traces
+
+
+def _attempts(events: list[AuditEvent]) -> dict[str, RecordedAttempt]:
+    recorded = {}
+    for event in events:
+        if event.kind != "tool_post" or event.tool_call_id is None:
+            continue
+        payload = event.payload
+        recorded[f"{event.tool_call_id}#{event.attempt or 0}"] = RecordedAttempt(
+            output=payload.get("output", ""),
+            is_error=bool(payload.get("is_error")),
+            duration_ms=float(payload.get("duration") or 0.0),
+            resolved_tool_name=payload.get("resolved_tool_name") or event.tool_name or "",
+            display_hint=payload.get("display_hint"),
+        )
+    return recorded
+
+
+async def load_turn(store: AuditStore, turn_id: str) -> RecordedTurn:
+    """Read a turn back from the audit trail.
+
+    Raises:
+        ConfigurationError: the audit trail has no such turn.
+    """
+    turn = await store.turn(turn_id)
+    events = await store.events(turn_id)
+    if turn is None or not events or events[0].kind != "turn_started":
+        raise ConfigurationError(f"the audit trail has no turn {turn_id!r}")
+    started = events[0].payload
+    calls = [
+        ToolCall(e.tool_call_id or "", e.tool_name or "", e.payload.get("input", {}))
+        for e in events
+        if e.kind == "tool_call_received"
+    ]
+    end = next((e for e in reversed(events) if e.kind == "turn_end"), None)
+    recorded_results: list[Any] = (end.payload.get("results") or []) if end else []
+    results = [ToolDispatchResult.model_validate(r) for r in recorded_results]
+    detector = started.get("detector")
+    return RecordedTurn(
+        turn=turn,
+        calls=calls,
+        advertised=list(started.get("advertised", [])),
+        config=RunConfig.model_validate(started.get("config", {})),
+        detector=None if detector is None else LoopDetector.model_validate(detector),
+        results=results,
+        traces=_trace(events),
+        attempts=_attempts(events),
+    )
+
+
+def compare(original: RecordedTurn, new: RecordedTurn) -> list[Divergence]:
+    """List where the new turn differs from the original: the turn, then call by call."""
+    found: list[Divergence] = []
+    for aspect in ("status", "error_type"):
+        before, after = getattr(original.turn, aspect), getattr(new.turn, aspect)
+        if before != after:
+            found.append(Divergence(tool_call_id=None, aspect=aspect, original=before, now=after))
+    for call in original.calls:
+        before_trace = original.traces.get(call.id)
+        after_trace = new.traces.get(call.id)
+        if before_trace is None and after_trace is None:
+            continue
+        for aspect in ("attempts", "decisions", "resolved_tool_name", "output", "is_error"):
+            before = getattr(before_trace, aspect) if before_trace else None
+            after = getattr(after_trace, aspect) if after_trace else None
+            if before != after:
+                found.append(
+                    Divergence(tool_call_id=call.id, aspect=aspect, original=before, now=after)
+                )
+    return found
