@@ -1,14 +1,43 @@
-"""Settings from the environment (``TOOLTRAIL_*``) and an optional ``.env`` file."""
+"""Settings from the environment (``TOOLTRAIL_*``) and an optional ``.env`` file.
+
+Precedence, highest first: values passed to ``Settings(...)``, ``TOOLTRAIL_*`` environment
+variables, the ``.env`` file of the working directory, the defaults below.
+
+Secrets (API keys, codec keys) are ``SecretStr``: their ``repr`` and ``str`` show ``**********``,
+and a validation error never echoes an input (``hide_input_in_errors``), so a malformed key
+cannot end up in a log or a terminal. ``Settings.masked()`` is the one view to print.
+
+The standard ``OTEL_*`` variables are not fields here: the OpenTelemetry SDK reads them itself
+(see ``tooltrail.telemetry.configure_from_env``); ``otel_enabled`` only switches it on.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
+import re
+import typing
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "default_data_dir"]
+__all__ = ["CODEC_KEY_SIZES", "MASK", "UNSET", "LogLevel", "Settings", "default_data_dir"]
+
+MASK = "****"
+"""How ``Settings.masked()`` shows a secret that is set (and a URL's password)."""
+UNSET = "(unset)"
+"""How ``Settings.masked()`` shows a secret that is not set."""
+CODEC_KEY_SIZES = (16, 24, 32)
+"""Valid AES key sizes in bytes (AES-128/192/256-GCM)."""
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+"""A standard ``logging`` level name."""
+
+# Query parameters of a URL whose values are credentials (``?password=...``, ``?api_key=...``).
+_SECRET_QUERY_KEY = re.compile(r"(?i)pass(word)?|secret|token|api[_-]?key|sslpassword")
 
 
 def default_data_dir() -> Path:
@@ -17,10 +46,100 @@ def default_data_dir() -> Path:
     return Path(base) / "tooltrail"
 
 
+def _split_url_password(url: str) -> tuple[str, str | None, str]:
+    """Split ``url`` around the password of its authority: ``(before, password, after)``.
+
+    Done by hand rather than with ``urllib.parse``: database URLs are not always valid
+    RFC 3986 (``postgresql+asyncpg://``, unescaped ``@`` or ``:`` in passwords), and a parser
+    that rejects them would print nothing masked at all.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url, None, ""
+    end = len(rest)
+    for delimiter in "/?#":
+        found = rest.find(delimiter)
+        if found != -1:
+            end = min(end, found)
+    # The last '@' of the authority ends the userinfo; a password may contain '@' itself.
+    authority = rest[:end]
+    at = authority.rfind("@")
+    if at == -1:
+        return url, None, ""
+    user, colon, password = authority[:at].partition(":")
+    if not colon:
+        return url, None, ""
+    return f"{scheme}://{user}:", password, rest[at:]
+
+
+def mask_url(url: str) -> str:
+    """Return ``url`` with its password, and credential query values, replaced by ``****``."""
+    before, password, after = _split_url_password(url)
+    masked = url if password is None else f"{before}{MASK}{after}"
+    head, question, query = masked.partition("?")
+    if not question:
+        return masked
+    pairs = []
+    for pair in query.split("&"):
+        key, equals, value = pair.partition("=")
+        pairs.append(
+            f"{key}={MASK}" if equals and value and _SECRET_QUERY_KEY.search(key) else pair
+        )
+    return f"{head}?{'&'.join(pairs)}"
+
+
+def url_password(url: str | None) -> str | None:
+    """Return the password in ``url``'s authority, if any."""
+    if not url:
+        return None
+    return _split_url_password(url)[1] or None
+
+
+def parse_codec_keys(text: str) -> dict[str, bytes]:
+    """Parse ``kid1:base64key,kid2:base64key`` into an ordered ``{kid: key}`` mapping.
+
+    Error messages name key ids and positions, never key material.
+
+    Raises:
+        ValueError: an entry is malformed, an id repeats, or a key is not 16/24/32 bytes.
+    """
+    keys: dict[str, bytes] = {}
+    for position, entry in enumerate((e.strip() for e in text.split(",")), start=1):
+        if not entry:
+            continue
+        kid, colon, encoded = entry.partition(":")
+        kid = kid.strip()
+        if not colon or not kid or not encoded.strip():
+            raise ValueError(
+                f"codec key #{position} is not 'KEY_ID:BASE64_KEY'; "
+                "TOOLTRAIL_CODEC_KEYS is 'kid1:base64key,kid2:base64key'"
+            )
+        if kid in keys:
+            raise ValueError(f"codec key id {kid!r} appears twice in TOOLTRAIL_CODEC_KEYS")
+        try:
+            key = base64.b64decode(encoded.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError(f"codec key {kid!r} is not valid base64") from None
+        if len(key) not in CODEC_KEY_SIZES:
+            raise ValueError(
+                f"codec key {kid!r} decodes to {len(key)} bytes; AES-GCM needs 16, 24 or 32"
+            )
+        keys[kid] = key
+    if not keys:
+        raise ValueError("TOOLTRAIL_CODEC_KEYS is set but holds no key")
+    return keys
+
+
 class Settings(BaseSettings):
     """tooltrail's settings; every field reads ``TOOLTRAIL_<FIELD>``."""
 
-    model_config = SettingsConfigDict(env_prefix="TOOLTRAIL_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="TOOLTRAIL_",
+        env_file=".env",
+        extra="ignore",
+        # A rejected value may be a secret (a malformed key, a URL with a password).
+        hide_input_in_errors=True,
+    )
 
     temporal_address: str = "localhost:7233"
     """Temporal frontend address of an existing cluster."""
@@ -33,8 +152,151 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=default_data_dir)
     """Directory of the embedded SQLite file and the embedded server's state."""
 
+    # -- Temporal connection security ------------------------------------------------------
+    temporal_tls: bool = False
+    """Connect to Temporal over TLS (implied by a client certificate or an API key)."""
+    temporal_tls_client_cert: Path | None = None
+    """PEM client certificate for mutual TLS."""
+    temporal_tls_client_key: Path | None = None
+    """PEM private key of ``temporal_tls_client_cert``."""
+    temporal_tls_server_ca: Path | None = None
+    """PEM CA bundle that signs the server's certificate (default: the system roots)."""
+    temporal_tls_server_name: str | None = None
+    """Server name to verify the certificate against (default: the address's host)."""
+    temporal_api_key: SecretStr | None = None
+    """API key for Temporal Cloud (sent as a bearer token; requires TLS)."""
+
+    # -- payload codec ---------------------------------------------------------------------
+    codec_keys: SecretStr | None = None
+    """AES-GCM payload keys, ``kid1:base64key,kid2:base64key``; the first encrypts.
+
+    Older keys stay listed so payloads written with them still decrypt (key rotation)."""
+    codec_key_id: str | None = None
+    """Id of the key that encrypts new payloads (default: the first of ``codec_keys``)."""
+
+    # -- model endpoints -------------------------------------------------------------------
+    openai_base_url: str = "https://api.openai.com/v1"
+    """Base URL of an OpenAI-compatible chat completions API."""
+    openai_api_key: SecretStr | None = None
+    """API key of ``openai_base_url``."""
+    anthropic_base_url: str = "https://api.anthropic.com"
+    """Base URL of the Anthropic Messages API."""
+    anthropic_api_key: SecretStr | None = None
+    """API key of ``anthropic_base_url``."""
+    model: str | None = None
+    """Default model name for agent loops that do not pick one."""
+
+    # -- observability ---------------------------------------------------------------------
+    otel_enabled: bool = False
+    """Set up OpenTelemetry traces and metrics (configured by the standard ``OTEL_*``
+    variables, which the SDK reads itself)."""
+    log_format: Literal["text", "json"] = "text"
+    """``text`` for people, ``json`` (one object a line) for log pipelines."""
+    log_level: LogLevel = "INFO"
+    """Root log level (case-insensitive)."""
+
+    @field_validator("temporal_api_key", "codec_keys", "openai_api_key", "anthropic_api_key")
+    @classmethod
+    def _empty_secret_is_unset(cls, value: SecretStr | None) -> SecretStr | None:
+        # ``TOOLTRAIL_OPENAI_API_KEY=`` in a .env template means "not set", not "empty key".
+        if value is not None and not value.get_secret_value().strip():
+            return None
+        return value
+
+    @field_validator("codec_keys")
+    @classmethod
+    def _codec_keys_parse(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            parse_codec_keys(value.get_secret_value())
+        return value
+
+    @field_validator("codec_key_id")
+    @classmethod
+    def _codec_key_id_is_listed(cls, value: str | None, info: ValidationInfo) -> str | None:
+        keys: SecretStr | None = info.data.get("codec_keys")
+        if value is None:
+            return None
+        if keys is None:
+            raise ValueError("TOOLTRAIL_CODEC_KEY_ID is set but TOOLTRAIL_CODEC_KEYS is not")
+        known = list(parse_codec_keys(keys.get_secret_value()))
+        if value not in known:
+            raise ValueError(f"codec key id {value!r} is not one of TOOLTRAIL_CODEC_KEYS {known}")
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _log_level_upper(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value
+
     def effective_database_url(self) -> str:
         """Return ``database_url``, or the embedded SQLite file's URL."""
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.data_dir / 'tooltrail.db'}"
+
+    def codec_key_ring(self) -> dict[str, bytes]:
+        """Return the codec keys by id, the active one first; empty without ``codec_keys``."""
+        if self.codec_keys is None:
+            return {}
+        keys = parse_codec_keys(self.codec_keys.get_secret_value())
+        active = self.active_codec_key_id()
+        if active is None:
+            return keys
+        return {active: keys[active], **{kid: k for kid, k in keys.items() if kid != active}}
+
+    def active_codec_key_id(self) -> str | None:
+        """Return the id of the key new payloads are encrypted with, or ``None``."""
+        if self.codec_keys is None:
+            return None
+        return self.codec_key_id or next(iter(parse_codec_keys(self.codec_keys.get_secret_value())))
+
+    def temporal_uses_tls(self) -> bool:
+        """Whether the Temporal connection must use TLS (asked for, or implied)."""
+        return bool(self.temporal_tls or self.temporal_tls_client_cert or self.temporal_api_key)
+
+    def secret_values(self) -> list[str]:
+        """Return every secret's plain text, for redaction (``tooltrail.logs``).
+
+        Codec keys are listed one by one as well as whole, since a single base64 key is what
+        would leak in practice; the database and endpoint URLs' passwords are included.
+        """
+        values: list[str] = []
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                values.append(value.get_secret_value())
+        if self.codec_keys is not None:
+            for entry in self.codec_keys.get_secret_value().split(","):
+                values.append(entry.partition(":")[2].strip())
+        for url in (self.database_url, self.openai_base_url, self.anthropic_base_url):
+            password = url_password(url)
+            if password:
+                values.append(password)
+        return [value for value in values if value]
+
+    def masked(self) -> dict[str, Any]:
+        """Return the settings as JSON-ready values, safe to print or log.
+
+        Secrets show as ``"****"`` (set) or ``"(unset)"``; URLs keep everything but their
+        password. ``effective_database_url`` is added: the database actually used.
+        """
+        out: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            annotation = type(self).model_fields[name].annotation
+            if isinstance(value, SecretStr):
+                out[name] = MASK
+            elif value is None and _is_secret_annotation(annotation):
+                out[name] = UNSET
+            elif isinstance(value, str) and name.endswith("_url"):
+                out[name] = mask_url(value)
+            elif isinstance(value, Path):
+                out[name] = str(value)
+            else:
+                out[name] = value
+        out["effective_database_url"] = mask_url(self.effective_database_url())
+        return out
+
+
+def _is_secret_annotation(annotation: Any) -> bool:
+    return annotation is SecretStr or SecretStr in typing.get_args(annotation)

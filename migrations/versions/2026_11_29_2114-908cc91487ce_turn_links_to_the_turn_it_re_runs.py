@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-
 revision: str = "908cc91487ce"
 down_revision: str | None = "cee2855389ba"
 branch_labels: str | Sequence[str] | None = None

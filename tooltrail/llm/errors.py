@@ -1,0 +1,232 @@
+"""Model-call failures, and how each one becomes a Temporal retry decision.
+
+The tree::
+
+    ModelError (TooltrailError)      base of every failure a model client raises
+    ├── ModelHTTPError               the provider answered with an HTTP error status
+    ├── ModelConnectionError         no answer: connect failure, timeout, dropped connection
+    ├── ModelResponseError           a success status whose body is not the expected shape
+    └── ScriptExhaustedError         a ``ScriptedModel`` was asked for more than its script
+
+Clients never retry (their HTTP transport has ``retries=0``): Temporal's retry policy is the
+only retry loop, so a call is never retried twice over. ``to_application_error`` is the one
+place that turns these failures into that policy's input, at the activity boundary:
+
+- 408, 409, 429 and 5xx, and every connection failure, are retryable (``ModelUnavailable``);
+  a ``Retry-After`` / ``retry-after-ms`` answer becomes the next retry's delay, overriding
+  the policy's backoff for that one retry;
+- every other 4xx is final (``ModelRequestRejected``): the same request would fail again;
+- a malformed success body is final (``ModelResponseInvalid``): the server does not speak
+  the protocol the client was configured for.
+
+Pure module (no I/O, no httpx at import): workflow code imports ``MODEL_RETRY_POLICY``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
+
+from tooltrail.errors import TooltrailError
+
+__all__ = [
+    "MAX_RETRY_AFTER_S",
+    "MODEL_REQUEST_REJECTED",
+    "MODEL_RESPONSE_INVALID",
+    "MODEL_RETRY_POLICY",
+    "MODEL_SCRIPT_EXHAUSTED",
+    "MODEL_UNAVAILABLE",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelHTTPError",
+    "ModelResponseError",
+    "ScriptExhaustedError",
+    "classify",
+    "parse_retry_after",
+    "to_application_error",
+]
+
+MODEL_UNAVAILABLE = "ModelUnavailable"
+"""``ApplicationError.type`` of a retryable model failure."""
+MODEL_REQUEST_REJECTED = "ModelRequestRejected"
+"""``ApplicationError.type`` of a request the provider refused for good (a 4xx)."""
+MODEL_RESPONSE_INVALID = "ModelResponseInvalid"
+"""``ApplicationError.type`` of a success response that could not be read."""
+MODEL_SCRIPT_EXHAUSTED = "ModelScriptExhausted"
+"""``ApplicationError.type`` of a ``ScriptedModel`` that ran out of responses."""
+
+MAX_RETRY_AFTER_S = 300.0
+"""Longest server-requested delay honoured; a longer one is cut to this, so one answer
+cannot park a turn for hours (the next answer may ask again)."""
+
+MODEL_RETRY_POLICY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=6,
+    non_retryable_error_types=[
+        MODEL_REQUEST_REJECTED,
+        MODEL_RESPONSE_INVALID,
+        MODEL_SCRIPT_EXHAUSTED,
+    ],
+)
+"""Retry policy for the ``tooltrail.model.complete`` activity: 1, 2, 4, 8, 16 s between the
+six attempts (each delay capped at 30 s, or replaced by the server's ``Retry-After``)."""
+
+_RETRYABLE_STATUSES = frozenset({408, 409, 429})
+
+
+class ModelError(TooltrailError):
+    """Base class of the failures model clients raise."""
+
+
+class ModelHTTPError(ModelError):
+    """Raised when the provider answers with an HTTP error status (4xx or 5xx)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        retry_after_s: float | None = None,
+        *,
+        retryable: bool | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        """Create the error.
+
+        Args:
+            status: the HTTP status code.
+            message: the provider's error message (or the start of the body).
+            retry_after_s: the delay the provider asked for, from ``Retry-After`` or
+                ``retry-after-ms``.
+            retryable: the provider's own verdict (an ``x-should-retry`` header); ``None``
+                decides by status with ``classify``.
+            request_id: the provider's request id, for support requests.
+        """
+        super().__init__(f"model HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+        self.retry_after_s = retry_after_s
+        self.retryable = classify(status) if retryable is None else retryable
+        self.request_id = request_id
+
+
+class ModelConnectionError(ModelError):
+    """Raised when no HTTP answer arrived: connect failure, timeout or dropped connection.
+
+    Always retryable; the underlying ``httpx.TransportError`` is the ``__cause__``.
+    """
+
+
+class ModelResponseError(ModelError):
+    """Raised when a success response is not valid JSON of the provider's expected shape."""
+
+
+class ScriptExhaustedError(ModelError):
+    """Raised by ``ScriptedModel.complete`` when every scripted response was used."""
+
+
+def classify(status: int) -> bool:
+    """Return whether a request that got HTTP ``status`` may succeed if sent again.
+
+    408 (timeout), 409 (conflict, e.g. a lock), 429 (rate limit) and every 5xx (including
+    Anthropic's 529 "overloaded") are retryable; everything else is not.
+    """
+    return status in _RETRYABLE_STATUSES or status >= 500
+
+
+def _seconds(value: str) -> float | None:
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: datetime | None = None) -> float | None:
+    """Return the delay, in seconds, a response asks for before the next request.
+
+    ``retry-after-ms`` (milliseconds, sent by OpenAI) wins over ``Retry-After``, which is
+    either seconds or an HTTP-date. Header names match case-insensitively; negative delays
+    and dates in the past give 0.
+
+    Args:
+        headers: the response headers (a plain mapping or ``httpx.Headers``).
+        now: the current time for HTTP-dates (default: the clock).
+
+    Returns:
+        The delay, or ``None`` when neither header is present and valid.
+    """
+    lowered = {key.lower(): value.strip() for key, value in headers.items()}
+    if "retry-after-ms" in lowered:
+        millis = _seconds(lowered["retry-after-ms"])
+        if millis is not None:
+            return millis / 1000.0
+    value = lowered.get("retry-after")
+    if not value:
+        return None
+    seconds = _seconds(value)
+    if seconds is not None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT; a zone-less one is read as UTC
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def _retry_delay(seconds: float | None) -> timedelta | None:
+    if seconds is None:
+        return None
+    return timedelta(seconds=min(seconds, MAX_RETRY_AFTER_S))
+
+
+def to_application_error(exc: BaseException) -> ApplicationError:
+    """Map a model-call failure to the ``ApplicationError`` the activity raises.
+
+    Args:
+        exc: a ``ModelError``, an ``httpx.TransportError``, or anything else (reported as
+            retryable under its class name, as Temporal would do with it unmapped).
+
+    Returns:
+        A retryable ``ModelUnavailable`` (with ``next_retry_delay`` when the provider asked
+        for one), or a non-retryable ``ModelRequestRejected``, ``ModelResponseInvalid`` or
+        ``ModelScriptExhausted``. Its details hold ``{"status": ..., "request_id": ...}``
+        for HTTP errors.
+    """
+    if isinstance(exc, ModelHTTPError):
+        details = {"status": exc.status, "request_id": exc.request_id}
+        if exc.retryable:
+            return ApplicationError(
+                str(exc),
+                details,
+                type=MODEL_UNAVAILABLE,
+                next_retry_delay=_retry_delay(exc.retry_after_s),
+            )
+        return ApplicationError(str(exc), details, type=MODEL_REQUEST_REJECTED, non_retryable=True)
+    if isinstance(exc, ModelResponseError):
+        return ApplicationError(str(exc), type=MODEL_RESPONSE_INVALID, non_retryable=True)
+    if isinstance(exc, ScriptExhaustedError):
+        return ApplicationError(str(exc), type=MODEL_SCRIPT_EXHAUSTED, non_retryable=True)
+    if isinstance(exc, ModelConnectionError) or _is_transport_error(exc):
+        return ApplicationError(
+            f"model unreachable ({type(exc).__name__}): {exc}", type=MODEL_UNAVAILABLE
+        )
+    return ApplicationError(f"{type(exc).__name__}: {exc}", type=type(exc).__name__)
+
+
+def _is_transport_error(exc: BaseException) -> bool:
+    # Imported here, not at the top: workflow code imports this module and must not load
+    # an HTTP client; only activity code ever calls this function.
+    import httpx
+
+    return isinstance(exc, httpx.TransportError)
