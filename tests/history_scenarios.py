@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import tempfile
 import uuid
 from collections.abc import Awaitable, Callable
@@ -38,6 +39,7 @@ from tooltrail.db.migrate import upgrade
 from tooltrail.db.store import AuditStore
 from tooltrail.embedded import start_dev_server
 from tooltrail.hooks import Ask, Block, PreToolUseContext
+from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 from tooltrail.memoize import MemoizingMiddleware
 from tooltrail.results import TextPart
 from tooltrail.worker import build_worker
@@ -253,6 +255,11 @@ async def shadow_replay(tt: Tooltrail) -> str:
     return report.new_turn_id
 
 
+async def agent_run(tt: Tooltrail) -> str:
+    result = await tt.run_agent("go", session_id="hist-agent", turns_per_segment=2)
+    return result.run_id
+
+
 async def close_session(tt: Tooltrail) -> str:
     await tt.run_turn([ToolCall("c1", "echo", {"text": "x"})], session_id="closing")
     workflow_id = f"close-session-closing-{uuid.uuid4()}"
@@ -280,6 +287,20 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "loop_stop": (loop_stop, Host(TOOLS)),
     "hooks_and_approval": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
     "shadow_replay": (shadow_replay, Host(TOOLS)),
+    "agent_run": (
+        agent_run,
+        Host(
+            TOOLS,
+            model=ScriptedModel(
+                [
+                    tool_call_response(("a1", "echo", {"text": "one"})),
+                    tool_call_response(("a2", "echo", {"text": "two"}), ("a3", "ghost", "{}")),
+                    tool_call_response(("a4", "echo", '{"text": ')),
+                    text_response("all done"),
+                ]
+            ),
+        ),
+    ),
     "breaker_and_memo": (
         breaker_and_memo,
         Host(
@@ -308,7 +329,10 @@ async def record(only: set[str]) -> None:
                 async with build_worker(env.client, host, task_queue=task_queue, store=store):
                     workflow_id = await scenario(tt)
                 history = await env.client.get_workflow_handle(workflow_id).fetch_history()
-                (HISTORIES / f"{name}.json").write_text(history.to_json() + "\n")
+                # Temporal's JSON format has no workflow id, but replay needs the real one (an
+                # agent run derives its turns' ids from it): keep it next to the events.
+                data = {"workflowId": workflow_id, **json.loads(history.to_json())}
+                (HISTORIES / f"{name}.json").write_text(json.dumps(data) + "\n")
                 await store.close()
                 print(f"recorded {name}: {len(history.events)} events")
     finally:

@@ -18,7 +18,7 @@ from tests.history_scenarios import HISTORIES
 from tooltrail import Block, Host, PreToolUseContext, ToolCall, tool
 from tooltrail.histories import load_histories, replay_histories
 from tooltrail.wire import TurnInput, TurnOutput
-from workflows import CloseSessionWorkflow, TurnWorkflow
+from workflows import AgentRunWorkflow, CloseSessionWorkflow, TurnWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 behaviour = {"suffix": "v1", "explode": False}
@@ -119,9 +119,9 @@ class ChangedTurnWorkflow(TurnWorkflow):
 async def test_a_nondeterministic_change_is_caught_over_the_corpus() -> None:
     histories = load_histories([HISTORIES])
     report = await replay_histories(
-        histories, workflows=[ChangedTurnWorkflow, CloseSessionWorkflow]
+        histories, workflows=[ChangedTurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow]
     )
-    turn_histories = [h for h in histories if "close" not in h[0]]
+    turn_histories = [h for h in histories if "close" not in h[0] and "agent" not in h[0]]
     assert len(report.failures) == len(turn_histories)
     assert all(
         "Nondeterminism" in (f.error or "") or "nondetermin" in (f.error or "").lower()

@@ -20,7 +20,12 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
+from temporalio.exceptions import (
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    WorkflowAlreadyStartedError,
+)
 
 from tooltrail.access import AccessDecision
 from tooltrail.config import RunConfig
@@ -37,17 +42,23 @@ from tooltrail.errors import (
     TurnFailed,
 )
 from tooltrail.host import Host
+from tooltrail.llm.messages import Message
 from tooltrail.replays import RerunReport, compare, load_turn
 from tooltrail.results import ToolCall
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
 from tooltrail.tools import Tool, ToolRegistry
 from tooltrail.wire import (
+    AgentCarry,
+    AgentProgress,
+    AgentRunInput,
+    AgentRunOutput,
     ApprovalInput,
     AuditEvent,
     CloseSessionInput,
     HostFeatures,
     MemoryEntry,
+    ModelSettings,
     PendingApproval,
     SessionState,
     ShadowPlan,
@@ -56,15 +67,18 @@ from tooltrail.wire import (
 )
 from tooltrail.worker import build_worker, connect_client
 
-__all__ = ["Tooltrail", "TurnHandle", "TurnResult", "connect", "local"]
+__all__ = ["AgentHandle", "Tooltrail", "TurnHandle", "TurnResult", "connect", "local"]
 
 TurnResult = TurnOutput
 """The outcome of a turn: ``turn_id`` and ``results`` in the model's call order."""
 
 
 def turn_error(failure: WorkflowFailureError, turn_id: str) -> TurnError:
-    """Map a failed turn workflow to tooltrail's typed hard errors."""
+    """Map a failed turn (or agent run) workflow to tooltrail's typed hard errors."""
     cause = failure.cause
+    # An agent run fails because one of its turns did: report the turn's own hard error.
+    while isinstance(cause, ChildWorkflowError) and cause.cause is not None:
+        cause = cause.cause
     if isinstance(cause, CancelledError):
         return TurnCancelled(turn_id=turn_id)
     if isinstance(cause, ApplicationError):
@@ -144,6 +158,42 @@ class TurnHandle:
             cause = exc.cause
             message = cause.message if isinstance(cause, ApplicationError) else str(cause)
             raise ConfigurationError(message) from exc
+
+
+class AgentHandle:
+    """A started agent run."""
+
+    def __init__(self, handle: WorkflowHandle[Any, AgentRunOutput]) -> None:
+        """Wrap a workflow handle."""
+        self._handle = handle
+
+    @property
+    def run_id(self) -> str:
+        """The run id (the workflow id; also the conversation's id)."""
+        return self._handle.id
+
+    async def progress(self) -> AgentProgress:
+        """How far the run is (turns so far, tokens spent, what it is doing)."""
+        progress: AgentProgress = await self._handle.query("progress", result_type=AgentProgress)
+        return progress
+
+    async def cancel(self) -> None:
+        """Request cancellation; the turn in flight is cancelled too."""
+        await self._handle.cancel()
+
+    async def result(self) -> AgentRunOutput:
+        """Wait for the run's final answer.
+
+        Raises:
+            LoopDetected: a turn was stopped by the loop detector.
+            ToolRecoveryExhausted: a call of a turn hit the retry ceiling.
+            TurnCancelled: the run was cancelled.
+            TurnFailed: the run failed for another reason (e.g. the model refused a request).
+        """
+        try:
+            return await self._handle.result()
+        except WorkflowFailureError as failure:
+            raise turn_error(failure, self.run_id) from failure
 
 
 class Tooltrail:
@@ -311,6 +361,75 @@ class Tooltrail:
             mode=mode,
             divergences=compare(original, new),
         )
+
+    async def start_agent(
+        self,
+        messages: Sequence[Message] | str,
+        *,
+        session_id: str,
+        model: ModelSettings | str | None = None,
+        system: str | None = None,
+        config: RunConfig | None = None,
+        max_turns: int = 10,
+        run_id: str | None = None,
+        turns_per_segment: int = 20,
+    ) -> AgentHandle:
+        """Start a durable agent run: model turn after model turn until the model is done.
+
+        Args:
+            messages: the opening messages, or the user's prompt as text.
+            session_id: the session (loop window, scratch directory) of the run.
+            model: the model name or settings (default: the worker's model client default).
+            system: a system prompt to put first.
+            config: dispatch configuration of every turn.
+            max_turns: stop after this many model turns.
+            run_id: the run (workflow and conversation) id; a new one by default.
+            turns_per_segment: continue-as-new after this many turns (history stays small).
+        """
+        opening = [Message.user(messages)] if isinstance(messages, str) else list(messages)
+        if system is not None:
+            opening.insert(0, Message.system(system))
+        settings = (
+            ModelSettings(model=model) if isinstance(model, str) else (model or ModelSettings())
+        )
+        config = config or RunConfig()
+        run_id = run_id or f"run-{uuid.uuid4()}"
+        inp = AgentRunInput(
+            session_id=session_id,
+            messages=opening,
+            settings=settings,
+            catalog=self.host.registry.openai_tools(),
+            advertised=self.host.registry.names(),
+            config=config,
+            tools=self.host.tool_meta(),
+            features=HostFeatures(hooks=bool(self.host.hooks), memory=self.host.memory),
+            max_turns=max_turns,
+            turns_per_segment=turns_per_segment,
+            carry=AgentCarry(
+                new_messages=opening, session=await self.store.session_state(session_id)
+            ),
+        )
+        handle = await self.client.start_workflow(
+            "AgentRunWorkflow",
+            inp,
+            id=run_id,
+            task_queue=self.task_queue,
+            result_type=AgentRunOutput,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        )
+        self.sessions.add(session_id)
+        return AgentHandle(handle)
+
+    async def run_agent(
+        self, messages: Sequence[Message] | str, *, session_id: str, **options: Any
+    ) -> AgentRunOutput:
+        """Run an agent to its final answer; see ``start_agent``."""
+        handle = await self.start_agent(messages, session_id=session_id, **options)
+        return await handle.result()
+
+    async def conversation(self, run_id: str) -> list[Message]:
+        """Return an agent run's conversation, in order (kept in SQL, not in history)."""
+        return await self.store.conversation(run_id)
 
     def get_turn(self, turn_id: str) -> TurnHandle:
         """Return the handle of an existing turn."""

@@ -18,7 +18,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from tooltrail.worker import sandbox_runner
-from workflows import CloseSessionWorkflow, TurnWorkflow
+from workflows import AgentRunWorkflow, CloseSessionWorkflow, TurnWorkflow
 
 __all__ = [
     "ReplayOutcome",
@@ -59,9 +59,9 @@ class ReplayReport(BaseModel):
 
 
 async def export_history(client: Client, turn_id: str) -> str:
-    """Return a turn's history in Temporal's JSON history format."""
+    """Return a turn's history in Temporal's JSON history format (plus its ``workflowId``)."""
     history = await client.get_workflow_handle(turn_id).fetch_history()
-    return history.to_json()
+    return json.dumps({"workflowId": turn_id, **json.loads(history.to_json())})
 
 
 async def export_recent(
@@ -85,21 +85,12 @@ def load_histories(paths: Iterable[Path]) -> list[tuple[str, WorkflowHistory]]:
         files.extend(sorted(path.glob("*.json")) if path.is_dir() else [path])
     histories = []
     for file in files:
-        text = file.read_text()
-        workflow_id = _workflow_id(text) or file.stem
-        histories.append((str(file), WorkflowHistory.from_json(workflow_id, text)))
+        data: Any = json.loads(file.read_text())
+        # Temporal's JSON format has no workflow id; tooltrail's exports keep it alongside
+        # the events ("workflowId"), otherwise the file name stands in for it.
+        workflow_id = data.pop("workflowId", None) if isinstance(data, dict) else None
+        histories.append((str(file), WorkflowHistory.from_json(workflow_id or file.stem, data)))
     return histories
-
-
-def _workflow_id(text: str) -> str | None:
-    # Temporal's JSON export does not carry the workflow id; ours is the file name, unless
-    # the first event names a parent or the caller wrote one alongside.
-    try:
-        data: Any = json.loads(text)
-    except ValueError:
-        return None
-    value = data.get("workflowId") if isinstance(data, dict) else None
-    return value if isinstance(value, str) else None
 
 
 async def fetch_histories(
@@ -118,7 +109,7 @@ async def replay_histories(
 ) -> ReplayReport:
     """Replay histories against the workflow code (default: tooltrail's workflows)."""
     if workflows is None:
-        workflows = [TurnWorkflow, CloseSessionWorkflow]
+        workflows = [TurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow]
     replayer = Replayer(
         workflows=list(workflows),
         data_converter=pydantic_data_converter,

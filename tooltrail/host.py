@@ -10,6 +10,7 @@ from typing import Any
 
 from tooltrail.access import AccessConfig
 from tooltrail.breaker import CircuitBreaker
+from tooltrail.llm.messages import ModelClient
 from tooltrail.memoize import MemoizingMiddleware
 from tooltrail.planner import CallVerdict
 from tooltrail.recovery import NoopReflector, Reflector
@@ -40,6 +41,7 @@ class Host:
         scratch_base: Path | None = None,
         managed_scratch: bool = True,
         hook_timeout_s: float = 30.0,
+        model: ModelClient | None = None,
     ) -> None:
         """Wire a host.
 
@@ -56,6 +58,8 @@ class Host:
             scratch_base: where session scratch directories go (default: the temp dir).
             managed_scratch: ``False`` gives tools the system temp dir instead.
             hook_timeout_s: how long one hook call may take before it counts as an error.
+            model: the model client of agent runs (``OpenAIChatClient``,
+                ``AnthropicMessagesClient``, ``ScriptedModel``...), or ``None``.
         """
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.hooks = list(hooks)
@@ -69,6 +73,7 @@ class Host:
         self.scratch_base = scratch_base
         self.managed_scratch = managed_scratch
         self.hook_timeout_s = hook_timeout_s
+        self.model = model
 
     @classmethod
     def coerce(cls, value: Host | ToolRegistry | Iterable[Tool]) -> Host:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from tooltrail.config import RunConfig
 from tooltrail.detection import LoopDetector
 from tooltrail.hooks import HookDecision
+from tooltrail.llm.messages import Message, ModelResponse, Usage
 from tooltrail.memoize import MemoCache, MemoPlan
 from tooltrail.planner import CallVerdict
 from tooltrail.recovery import Analysis
@@ -22,9 +23,14 @@ from tooltrail.results import Part, ToolCall, ToolDispatchResult
 
 __all__ = [
     "AUDIT_RECORD",
+    "MODEL_TURN",
     "RECOVERY_REFLECT",
     "SESSION_CLEANUP",
     "TOOL_EXECUTE",
+    "AgentCarry",
+    "AgentProgress",
+    "AgentRunInput",
+    "AgentRunOutput",
     "ApprovalInput",
     "AttemptOutcome",
     "AuditEvent",
@@ -34,6 +40,10 @@ __all__ = [
     "Flush",
     "HostFeatures",
     "MemoryEntry",
+    "ModelPhase",
+    "ModelSettings",
+    "ModelTurnOutcome",
+    "ModelTurnRequest",
     "PendingApproval",
     "RecordTurn",
     "RecordedAttempt",
@@ -207,6 +217,8 @@ class TurnInput(BaseModel):
     """The turn this one re-runs (``tooltrail rerun``)."""
     shadow: ShadowPlan | None = None
     """Serve every tool result from the audit trail: no tool runs, nothing shared changes."""
+    model: ModelPhase | None = None
+    """Start with a model call: its tool calls are the turn's calls (``calls`` is ignored)."""
 
 
 class TurnOutput(BaseModel):
@@ -214,6 +226,12 @@ class TurnOutput(BaseModel):
 
     turn_id: str
     results: list[ToolDispatchResult]
+    assistant: Message | None = None
+    """With a model phase: the model's answer (its text and tool calls)."""
+    usage: Usage | None = None
+    """With a model phase: the tokens the model call spent."""
+    session: SessionState | None = None
+    """The session's state as this turn left it (what the next turn starts from)."""
 
 
 class ExecuteAttempt(BaseModel):
@@ -317,3 +335,98 @@ class PendingApproval(BaseModel):
     tool_name: str
     question: str
     arguments: dict[str, Any]
+
+
+MODEL_TURN = "tooltrail.model.turn"
+"""Activity: append a turn's new messages to the run's conversation and ask the model."""
+
+
+class ModelSettings(BaseModel):
+    """Which model answers, and how."""
+
+    model: str | None = None
+    """The model name (default: the worker's client default)."""
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+
+class ModelPhase(BaseModel):
+    """The model call that starts a turn (instead of ready-made calls)."""
+
+    run_id: str
+    """The conversation's id (the agent run)."""
+    start_seq: int
+    """Where ``new_messages`` go in the conversation; the answer follows them."""
+    new_messages: list[Message]
+    """What the model has not seen yet: the first prompt, or the last turn's tool results."""
+    settings: ModelSettings = Field(default_factory=ModelSettings)
+    catalog: list[dict[str, Any]] = Field(default_factory=list)
+    """The tool catalog advertised to the model (OpenAI format)."""
+
+
+class ModelTurnRequest(BaseModel):
+    """Input of ``tooltrail.model.turn``."""
+
+    phase: ModelPhase
+    turn_id: str
+    flush: Flush | None = None
+
+
+class ModelTurnOutcome(BaseModel):
+    """Output of ``tooltrail.model.turn``."""
+
+    response: ModelResponse
+    flushed: bool = True
+    reused: bool = False
+    """The answer was already stored (a retried activity): the model was not asked again."""
+
+
+class AgentCarry(BaseModel):
+    """What an agent run carries across continue-as-new."""
+
+    turn_index: int = 0
+    next_seq: int = 0
+    new_messages: list[Message] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    session: SessionState = Field(default_factory=SessionState)
+    turns: list[str] = Field(default_factory=list)
+
+
+class AgentRunInput(BaseModel):
+    """Input of ``AgentRunWorkflow``."""
+
+    session_id: str
+    messages: list[Message] = Field(default_factory=list)
+    """The opening messages (system, user); later segments of the run carry nothing here."""
+    settings: ModelSettings = Field(default_factory=ModelSettings)
+    catalog: list[dict[str, Any]] = Field(default_factory=list)
+    advertised: list[str] = Field(default_factory=list)
+    config: RunConfig = Field(default_factory=RunConfig)
+    tools: dict[str, ToolMeta] = Field(default_factory=dict)
+    features: HostFeatures = Field(default_factory=HostFeatures)
+    max_turns: int = Field(default=10, ge=1)
+    turns_per_segment: int = Field(default=20, ge=1)
+    """Continue-as-new after this many turns (or sooner if Temporal suggests it)."""
+    carry: AgentCarry | None = None
+
+
+class AgentRunOutput(BaseModel):
+    """Output of ``AgentRunWorkflow``."""
+
+    run_id: str
+    text: str
+    """The model's final answer."""
+    turns: list[str]
+    """The turn ids, in order."""
+    usage: Usage
+    stopped_by: Literal["answer", "max_turns"]
+
+
+class AgentProgress(BaseModel):
+    """The ``progress`` query of ``AgentRunWorkflow``."""
+
+    run_id: str
+    turn_index: int
+    turns: list[str]
+    usage: Usage
+    status: Literal["model", "tools", "done"]

@@ -13,6 +13,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import AuditActivities, RecoveryActivities, SessionActivities, ToolActivities
+from activities.conversation import ConversationActivities
 from activities.tool_execution import Recorder
 from tooltrail.db.migrate import check_schema
 from tooltrail.db.store import AuditStore
@@ -25,7 +26,7 @@ from tooltrail.recovery import NoopReflector
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
 from tooltrail.tools import Tool, ToolRegistry
-from workflows import CloseSessionWorkflow, TurnWorkflow
+from workflows import AgentRunWorkflow, CloseSessionWorkflow, TurnWorkflow
 
 __all__ = ["build_worker", "connect_client", "sandbox_runner", "worker"]
 
@@ -83,13 +84,22 @@ def build_worker(
         dispatcher=dispatcher,
     )
     audit = AuditActivities(recorder)
+    extra_activities: list[Any] = []
+    if host.model is not None:
+        extra_activities.append(ConversationActivities(host.model, recorder).model_turn)
     sessions = SessionActivities(scratch)
     recovery = RecoveryActivities(host.reflector, host.registry)
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[TurnWorkflow, CloseSessionWorkflow],
-        activities=[tools.execute, audit.record, sessions.cleanup, recovery.reflect],
+        workflows=[TurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow],
+        activities=[
+            tools.execute,
+            audit.record,
+            sessions.cleanup,
+            recovery.reflect,
+            *extra_activities,
+        ],
         workflow_runner=sandbox_runner(),
         **worker_options,
     )

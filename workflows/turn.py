@@ -23,8 +23,10 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tooltrail.detection import LoopCheck, operation_for
-from tooltrail.errors import LoopDetected, ToolRecoveryExhausted, TurnError
+from tooltrail.errors import LoopDetected, ToolRecoveryExhausted, TurnError, TurnFailed
 from tooltrail.hooks import HookDecision, headless_ask_text
+from tooltrail.llm.errors import MODEL_RETRY_POLICY
+from tooltrail.llm.messages import ModelResponse, Usage
 from tooltrail.memoize import with_cached_marker
 from tooltrail.planner import CallVerdict, plan_waves
 from tooltrail.recovery import (
@@ -48,6 +50,7 @@ from tooltrail.text import (
 )
 from tooltrail.wire import (
     AUDIT_RECORD,
+    MODEL_TURN,
     RECOVERY_REFLECT,
     TOOL_EXECUTE,
     ApprovalInput,
@@ -56,6 +59,9 @@ from tooltrail.wire import (
     ExecuteAttempt,
     Flush,
     MemoryEntry,
+    ModelPhase,
+    ModelTurnOutcome,
+    ModelTurnRequest,
     PendingApproval,
     RecordTurn,
     ReflectInput,
@@ -259,17 +265,7 @@ class TurnWorkflow:
         detection = self._input.config.detection
         if self._input.ends_run and detection.enabled:
             self._detector.end_of_run(detection)
-        flush = self._flush()
-        if self._input.shadow is None:
-            flush = flush.model_copy(
-                update={
-                    "session": SessionState(
-                        version=self._input.session.version + 1,
-                        detector=self._detector,
-                        memo=self._memo,
-                    )
-                }
-            )
+        flush = self._flush().model_copy(update={"session": self._final_session()})
         try:
             await workflow.execute_activity(
                 AUDIT_RECORD,
@@ -288,17 +284,21 @@ class TurnWorkflow:
         *,
         success: bool,
         error: str | None = None,
+        usage: Usage | None = None,
+        phase: str = "tools",
     ) -> None:
-        self._emit(
-            "turn_end",
-            {
-                "phase": "tools",
-                "success": success,
-                "error": error,
-                "duration_ms": (workflow.now() - started).total_seconds() * 1000.0,
-                "results": [result.model_dump(mode="json") for result in results],
-            },
-        )
+        # Two per model turn with tools (spec §8): the LLM phase, then the tool phase, with
+        # durations that do not overlap and the same token counts (tools spend none).
+        payload: dict[str, Any] = {
+            "phase": phase,
+            "success": success,
+            "error": error,
+            "duration_ms": (workflow.now() - started).total_seconds() * 1000.0,
+            "results": [result.model_dump(mode="json") for result in results],
+        }
+        if usage is not None:
+            payload.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
+        self._emit("turn_end", payload)
 
     # -- the turn ----------------------------------------------------------------------------
 
@@ -311,6 +311,7 @@ class TurnWorkflow:
             {
                 "session_id": inp.session_id,
                 "calls": len(inp.calls),
+                "model_phase": inp.model is not None,
                 "advertised": inp.advertised,
                 "config": inp.config.model_dump(mode="json"),
                 # What a later shadow replay needs to start where this turn started.
@@ -319,21 +320,18 @@ class TurnWorkflow:
                 "shadow_of": inp.shadow.of_turn if inp.shadow else None,
             },
         )
-        # on_tool_call_received fires for every call, unknown ones included, before dispatch.
-        for call in inp.calls:
-            self._emit(
-                "tool_call_received",
-                {
-                    "turn": self._turn.turn_id,
-                    "tool": call.name,
-                    "call_id": call.id,
-                    "input": call.arguments,
-                },
-                call_id=call.id,
-                tool=call.name,
-            )
         results: list[ToolDispatchResult] = []
+        response: ModelResponse | None = None
+        tools_started = started
         try:
+            if inp.model is not None:
+                # The model phase: its tool calls are this turn's calls.
+                response = await self._model_phase(inp.model, started)
+                inp = inp.model_copy(update={"calls": response.message.tool_calls})
+                self._input = inp
+                self._turn = self._turn.model_copy(update={"call_count": len(inp.calls)})
+                tools_started = workflow.now()
+            self._receive(inp.calls)
             results = await self._dispatch_batch(inp)
         except asyncio.CancelledError as cancelled:
             self._emit(
@@ -348,12 +346,74 @@ class TurnWorkflow:
             raise
         except TurnError as hard:
             # The batch's results are discarded; the audit trail keeps everything.
-            self._turn_end(started, [], success=False, error=str(hard))
+            self._turn_end(tools_started, [], success=False, error=str(hard))
             await self._record("failed", hard)
             raise self._application_error(hard) from None
-        self._turn_end(started, results, success=True)
+        usage = response.usage if response is not None else None
+        if response is None or inp.calls:
+            self._turn_end(tools_started, results, success=True, usage=usage)
         await self._finish_recording()
-        return TurnOutput(turn_id=self._turn.turn_id, results=results)
+        return TurnOutput(
+            turn_id=self._turn.turn_id,
+            results=results,
+            assistant=response.message if response is not None else None,
+            usage=usage,
+            session=self._final_session(),
+        )
+
+    def _receive(self, calls: list[ToolCall]) -> None:
+        # on_tool_call_received fires for every call, unknown ones included, before dispatch.
+        for call in calls:
+            self._emit(
+                "tool_call_received",
+                {
+                    "turn": self._turn.turn_id,
+                    "tool": call.name,
+                    "call_id": call.id,
+                    "input": call.arguments,
+                },
+                call_id=call.id,
+                tool=call.name,
+            )
+
+    async def _model_phase(self, phase: ModelPhase, started: datetime) -> ModelResponse:
+        """Ask the model (one activity, which also keeps the conversation in SQL)."""
+        flush = self._flush()
+        try:
+            outcome: ModelTurnOutcome = await workflow.execute_activity(
+                MODEL_TURN,
+                ModelTurnRequest(phase=phase, turn_id=self._turn.turn_id, flush=flush),
+                result_type=ModelTurnOutcome,
+                start_to_close_timeout=timedelta(minutes=10),
+                heartbeat_timeout=timedelta(seconds=60),
+                retry_policy=MODEL_RETRY_POLICY,
+            )
+        except ActivityError as failure:
+            self._flushed(flush, written=False)
+            cause = failure.cause or failure
+            raise TurnFailed(f"model call failed: {cause}") from None
+        self._flushed(flush, written=outcome.flushed)
+        response = outcome.response
+        self._emit(
+            "model_response",
+            {
+                "run_id": phase.run_id,
+                "text": response.message.content,
+                "tool_calls": [c.model_dump(mode="json") for c in response.message.tool_calls],
+                "stop_reason": response.stop_reason,
+                "usage": response.usage.model_dump(mode="json"),
+                "reused": outcome.reused,
+            },
+        )
+        self._turn_end(started, [], success=True, usage=response.usage, phase="llm")
+        return response
+
+    def _final_session(self) -> SessionState | None:
+        if self._input.shadow is not None:
+            return None
+        return SessionState(
+            version=self._input.session.version + 1, detector=self._detector, memo=self._memo
+        )
 
     async def _finish_recording(self) -> None:
         # Every call has its result: a cancellation arriving now cannot change the outcome,

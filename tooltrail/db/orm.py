@@ -28,6 +28,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 __all__ = [
     "AuditEventRow",
     "Base",
+    "ConversationMessageRow",
     "IdempotencyRecordRow",
     "MemoryEntryRow",
     "SessionStateRow",
@@ -174,3 +175,21 @@ class SessionStateRow(Base):
     state: Mapped[dict[str, Any]] = mapped_column(JsonType)
     last_turn_id: Mapped[str | None] = mapped_column(String(255))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ConversationMessageRow(Base):
+    """One message of an agent run's conversation, by run and position.
+
+    The conversation lives here, not in workflow history: each model call's activity reads
+    it and appends to it, so a long run's history grows with its turns, not quadratically.
+    """
+
+    __tablename__ = "conversation_message"
+
+    run_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    message: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    usage: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    """For assistant messages: the token usage of the call that produced it."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

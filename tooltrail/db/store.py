@@ -17,7 +17,14 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from tooltrail.db.engine import create_engine, session_factory
-from tooltrail.db.orm import AuditEventRow, MemoryEntryRow, SessionStateRow, TurnRow
+from tooltrail.db.orm import (
+    AuditEventRow,
+    ConversationMessageRow,
+    MemoryEntryRow,
+    SessionStateRow,
+    TurnRow,
+)
+from tooltrail.llm.messages import Message, ModelResponse, Usage
 from tooltrail.wire import AuditEvent, Flush, MemoryEntry, SessionState, TurnRecord
 
 __all__ = [
@@ -283,6 +290,72 @@ class AuditStore:
             record.ended_at = _aware(record.ended_at)
             return record
 
+    async def conversation(self, run_id: str) -> list[Message]:
+        """Return an agent run's conversation, in order."""
+        async with self.sessions() as session:
+            return [message for _, message, _ in await load_conversation(session, run_id=run_id)]
+
     async def close(self) -> None:
         """Dispose of the engine's connections."""
         await self.engine.dispose()
+
+
+async def append_messages(
+    session: AsyncSession, *, run_id: str, start_seq: int, messages: Sequence[Message]
+) -> None:
+    """Store messages at ``start_seq``...; positions already stored are left alone."""
+    if not messages:
+        return
+    now = datetime.now(UTC)
+    rows = [
+        {
+            "run_id": run_id,
+            "seq": start_seq + offset,
+            "role": message.role,
+            "message": message.model_dump(mode="json"),
+            "usage": None,
+            "created_at": now,
+        }
+        for offset, message in enumerate(messages)
+    ]
+    stmt = _insert(session, ConversationMessageRow).on_conflict_do_nothing(
+        index_elements=["run_id", "seq"]
+    )
+    await session.execute(stmt, rows)
+
+
+async def store_answer(
+    session: AsyncSession, *, run_id: str, seq: int, response: ModelResponse
+) -> None:
+    """Store the model's answer at ``seq`` (once)."""
+    stmt = _insert(session, ConversationMessageRow).values(
+        run_id=run_id,
+        seq=seq,
+        role="assistant",
+        message=response.message.model_dump(mode="json"),
+        usage={**response.usage.model_dump(mode="json"), "stop_reason": response.stop_reason},
+        created_at=datetime.now(UTC),
+    )
+    await session.execute(stmt.on_conflict_do_nothing(index_elements=["run_id", "seq"]))
+
+
+async def load_conversation(
+    session: AsyncSession, *, run_id: str, up_to: int | None = None
+) -> list[tuple[int, Message, ModelResponse | None]]:
+    """Return ``(seq, message, answer)`` in order; ``answer`` is set for stored answers."""
+    query = select(ConversationMessageRow).where(ConversationMessageRow.run_id == run_id)
+    if up_to is not None:
+        query = query.where(ConversationMessageRow.seq <= up_to)
+    rows = await session.scalars(query.order_by(ConversationMessageRow.seq))
+    loaded = []
+    for row in rows:
+        message = Message.model_validate(row.message)
+        answer = None
+        if row.usage is not None:
+            usage = dict(row.usage)
+            stop_reason = str(usage.pop("stop_reason", "end_turn"))
+            answer = ModelResponse(
+                message=message, usage=Usage.model_validate(usage), stop_reason=stop_reason
+            )
+        loaded.append((row.seq, message, answer))
+    return loaded

@@ -1,0 +1,63 @@
+"""The model-turn activity: the conversation in SQL, one model call per turn.
+
+The activity appends what the model has not seen yet (the prompt, or the last turn's tool
+results) at positions the workflow chose, then asks the model and stores the answer after
+them. Every write is keyed on (run, position), so a retried activity writes nothing twice;
+and when the answer is already stored (the worker died after storing it), the retry returns
+it instead of asking the model again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from temporalio import activity
+
+from activities.tool_execution import Recorder, heartbeating
+from tooltrail.db.store import append_messages, load_conversation, store_answer
+from tooltrail.llm.errors import to_application_error
+from tooltrail.llm.messages import ModelClient, ModelRequest
+from tooltrail.wire import MODEL_TURN, ModelTurnOutcome, ModelTurnRequest
+
+__all__ = ["ConversationActivities"]
+
+log = logging.getLogger("tooltrail.model")
+
+
+class ConversationActivities:
+    """Runs the model phase of turns against the host's model client."""
+
+    def __init__(self, client: ModelClient, recorder: Recorder) -> None:
+        """Wire the model client and the audit recorder (whose database holds conversations)."""
+        self.client = client
+        self.recorder = recorder
+
+    @activity.defn(name=MODEL_TURN)
+    async def model_turn(self, inp: ModelTurnRequest) -> ModelTurnOutcome:
+        """Store the new messages, ask the model (unless already answered), store the answer."""
+        flushed = await self.recorder.write(inp.flush)
+        phase = inp.phase
+        answer_seq = phase.start_seq + len(phase.new_messages)
+        async with self.recorder.store.sessions.begin() as session:
+            await append_messages(
+                session, run_id=phase.run_id, start_seq=phase.start_seq, messages=phase.new_messages
+            )
+            stored = await load_conversation(session, run_id=phase.run_id, up_to=answer_seq)
+        previous = next((answer for seq, _, answer in stored if seq == answer_seq), None)
+        if previous is not None:
+            return ModelTurnOutcome(response=previous, flushed=flushed, reused=True)
+        request = ModelRequest(
+            messages=[message for seq, message, _ in stored if seq < answer_seq],
+            tools=phase.catalog,
+            model=phase.settings.model,
+            temperature=phase.settings.temperature,
+            max_tokens=phase.settings.max_tokens,
+        )
+        try:
+            async with heartbeating():
+                response = await self.client.complete(request)
+        except Exception as exc:
+            raise to_application_error(exc) from exc
+        async with self.recorder.store.sessions.begin() as session:
+            await store_answer(session, run_id=phase.run_id, seq=answer_seq, response=response)
+        return ModelTurnOutcome(response=response, flushed=flushed)

@@ -1,0 +1,138 @@
+"""The durable agent loop: model phase, AgentRunWorkflow, against a local HTTP model server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+
+from tests.conftest import StackFactory
+from tests.llm_server import LLMServer, openai_completion
+from tooltrail import Host, TurnCancelled, TurnFailed, tool
+from tooltrail.llm.openai import OpenAIChatClient
+from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@tool
+async def slow() -> str:
+    """Take a long time."""
+    await asyncio.sleep(30)
+    return "late"
+
+
+async def test_a_multi_turn_run_over_http(stack: StackFactory) -> None:
+    with LLMServer() as server:
+        server.reply(
+            body=openai_completion(
+                tool_calls=[("c1", "add", '{"a": 2, "b": 3}'), ("c2", "add", "{bad json")]
+            )
+        )
+        server.reply(body=openai_completion("The sum is 5."))
+        client = OpenAIChatClient(server.url, api_key="test-key", model="test-model")
+        async with stack(Host([add], model=client)) as tt:
+            handle = await tt.start_agent(
+                "What is 2 + 3?", session_id="agent-1", system="Be brief."
+            )
+            result = await handle.result()
+            conversation = await tt.conversation(result.run_id)
+            first_turn = await tt.audit(result.turns[0])
+            progress = await handle.progress()
+    assert (result.text, result.stopped_by, len(result.turns)) == ("The sum is 5.", "answer", 2)
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (22, 14)
+    assert progress.status == "done" and progress.turns == result.turns
+    assert [m.role for m in conversation] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+    ]
+    tool_messages = [m for m in conversation if m.role == "tool"]
+    assert tool_messages[0].content == "5" and not tool_messages[0].is_error
+    assert tool_messages[1].is_error and tool_messages[1].content.startswith("invalid arguments")
+    second_request = server.requests[1].body
+    assert [m["role"] for m in second_request["messages"]][-2:] == ["tool", "tool"]
+    assert second_request["tools"][0]["function"]["name"] == "add"
+    ends = [e.payload for e in first_turn if e.kind == "turn_end"]
+    assert [e["phase"] for e in ends] == ["llm", "tools"]
+    assert all((e["input_tokens"], e["output_tokens"]) == (11, 7) for e in ends)
+    assert [e.kind for e in first_turn][:2] == ["turn_started", "model_response"]
+
+
+async def test_rate_limits_are_retried_after_the_servers_delay(stack: StackFactory) -> None:
+    with LLMServer() as server:
+        server.reply(429, {"error": {"message": "slow down"}}, retry_after="1")
+        server.reply(body=openai_completion("done"))
+        client = OpenAIChatClient(server.url, api_key="k", model="m")
+        async with stack(Host([add], model=client)) as tt:
+            result = await tt.run_agent("hi", session_id="agent-2")
+    assert result.text == "done"
+    assert len(server.requests) == 2
+
+
+async def test_a_rejected_request_is_not_retried(stack: StackFactory) -> None:
+    with LLMServer() as server:
+        server.reply(400, {"error": {"message": "bad request: unknown parameter"}})
+        client = OpenAIChatClient(server.url, api_key="k", model="m")
+        async with stack(Host([add], model=client)) as tt:
+            with pytest.raises(TurnFailed, match="model call failed"):
+                await tt.run_agent("hi", session_id="agent-3")
+    assert len(server.requests) == 1
+
+
+async def test_long_runs_continue_as_new_and_keep_history_small(stack: StackFactory) -> None:
+    script: list[Any] = [tool_call_response((f"c{i}", "add", {"a": i, "b": 1})) for i in range(5)]
+    script.append(text_response("finished"))
+    async with stack(Host([add], model=ScriptedModel(script))) as tt:
+        handle = await tt.start_agent(
+            "count", session_id="agent-4", max_turns=10, turns_per_segment=2
+        )
+        result = await handle.result()
+        history = await tt.client.get_workflow_handle(result.run_id).fetch_history()
+        conversation = await tt.conversation(result.run_id)
+    assert (result.text, len(result.turns)) == ("finished", 6)
+    assert result.turns == [f"{result.run_id}-turn-{i}" for i in range(6)]
+    assert len(conversation) == 1 + 6 + 5
+    started = history.events[0].workflow_execution_started_event_attributes
+    assert started.continued_execution_run_id, "the last segment continued from an earlier run"
+    # The segment's history carries references and new messages, never the transcript: the
+    # opening prompt is in SQL, not in this segment's input.
+    assert "count" not in history.to_json()
+    assert json.loads(conversation[0].model_dump_json())["content"] == "count"
+
+
+async def test_cancelling_a_run_cancels_the_turn_in_flight(stack: StackFactory) -> None:
+    script = [tool_call_response(("c1", "slow", {}))]
+    async with stack(Host([slow], model=ScriptedModel(script))) as tt:
+        handle = await tt.start_agent("wait", session_id="agent-5")
+        for _ in range(400):
+            progress = await handle.progress()
+            if progress.status == "model" and progress.turn_index == 0:
+                await asyncio.sleep(0.05)
+                history = await tt.client.get_workflow_handle(handle.run_id).fetch_history()
+                if any(
+                    e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED
+                    for e in history.events
+                ):
+                    break
+        await asyncio.sleep(0.5)
+        await handle.cancel()
+        with pytest.raises(TurnCancelled):
+            await handle.result()
+        turn = await tt.store.turn(f"{handle.run_id}-turn-0")
+        for _ in range(100):
+            turn = await tt.store.turn(f"{handle.run_id}-turn-0")
+            if turn is not None and turn.status != "running":
+                break
+            await asyncio.sleep(0.1)
+    assert turn is not None and turn.status == "cancelled"
