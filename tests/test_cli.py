@@ -58,6 +58,11 @@ def run(args: list[str], tmp_path: Path, timeout: float = 120) -> subprocess.Com
         ["audit", "show"],
         ["db", "upgrade"],
         ["db", "current"],
+        ["run"],
+        ["replay"],
+        ["rerun"],
+        ["history", "export"],
+        ["approve"],
     ],
 )
 def test_every_command_has_help(tmp_path: Path, command: list[str]) -> None:
@@ -198,3 +203,39 @@ def test_demo_runs_a_real_turn(tmp_path: Path) -> None:
     assert kinds[0] == "turn_started" and kinds[-1] == "turn_end"
     assert kinds.count("tool_call_received") == 8
     assert (tmp_path / "xdg" / "tooltrail" / "tooltrail.db").is_file()
+    agent = data["agent"]
+    assert (agent["stopped_by"], len(agent["turns"])) == ("answer", 4)
+    assert agent["text"].startswith("The note says tooltrail makes tool calls durable")
+    roles = [m["role"] for m in data["conversation"]]
+    assert roles[:3] == ["system", "user", "assistant"] and roles[-1] == "assistant"
+
+
+def test_run_a_one_shot_agent_against_an_openai_compatible_server(tmp_path: Path) -> None:
+    from tests.llm_server import LLMServer, openai_completion
+
+    with LLMServer() as server:
+        server.reply(
+            body=openai_completion(tool_calls=[("c1", "calculate", '{"expression": "2+2"}')])
+        )
+        server.reply(body=openai_completion("2 + 2 = 4"))
+        env = {
+            **env_for(tmp_path),
+            "TOOLTRAIL_OPENAI_BASE_URL": server.url,
+            "TOOLTRAIL_OPENAI_API_KEY": "sk-test-secret",
+            "TOOLTRAIL_MODEL": "test-model",
+        }
+        done = subprocess.run(
+            [*TOOLTRAIL, "run", "What is 2 + 2?", "--json"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (result["text"], len(result["turns"])) == ("2 + 2 = 4", 2)
+    assert server.requests[1].body["messages"][-1]["content"] == "4"
+    assert server.requests[0].headers.get("authorization") == "Bearer sk-test-secret"
+    assert "sk-test-secret" not in done.stdout + done.stderr

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from tooltrail.errors import ConfigurationError, TooltrailError
 from tooltrail.host import Host
-from tooltrail.render import print_json, results_table, timeline_table, turns_table
+from tooltrail.render import preview, print_json, results_table, timeline_table, turns_table
 from tooltrail.settings import Settings
 from tooltrail.tools import Tool, ToolRegistry
 
@@ -143,17 +143,24 @@ def demo(
 ) -> None:
     """Run a scripted agent turn on the embedded Temporal server and show its audit trail."""
     import tooltrail
-    from tooltrail.demo import SCRIPTED_TURN, host
+    from tooltrail.demo import SCRIPTED_TURN, host, scripted_agent_model
 
     url = _database_url(database_url)
+    agent_host = Host(host.registry, model=scripted_agent_model())
 
     async def go() -> None:
         ui_port = _free_port()
         if not json_output:
             console.print("[bold]Starting the embedded Temporal dev server and a worker...[/]")
-        async with tooltrail.local(host, database_url=url, ui=True, ui_port=ui_port) as tt:
+        async with tooltrail.local(agent_host, database_url=url, ui=True, ui_port=ui_port) as tt:
             turn = await tt.run_turn(SCRIPTED_TURN, session_id="demo-session")
             events = await tt.audit(turn.turn_id)
+            run = await tt.run_agent(
+                "Note a fact, do some arithmetic, check the weather, then sum it up.",
+                session_id="demo-agent",
+                system="You are a careful assistant.",
+            )
+            conversation = await tt.conversation(run.run_id)
             if json_output:
                 print_json(
                     console,
@@ -161,6 +168,8 @@ def demo(
                         "turn_id": turn.turn_id,
                         "results": [r.model_dump(mode="json") for r in turn.results],
                         "audit": [e.model_dump(mode="json") for e in events],
+                        "agent": run.model_dump(mode="json"),
+                        "conversation": [m.model_dump(mode="json") for m in conversation],
                     },
                 )
                 return
@@ -168,6 +177,17 @@ def demo(
             console.print(results_table(turn.results))
             console.print()
             console.print(timeline_table(events))
+            console.print(
+                f"\n[bold]A scripted agent run[/] ({run.run_id}): {len(run.turns)} model turns, "
+                f"{run.usage.input_tokens + run.usage.output_tokens} tokens"
+            )
+            for message in conversation:
+                calls = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
+                text = preview(message.content or calls, 110)
+                console.print(f"  [cyan]{message.role:>9}[/]  {text}", highlight=False)
+            console.print(
+                f"Each turn's audit trail: tooltrail audit show {run.turns[0]}", soft_wrap=True
+            )
             console.print(
                 f"\nAudit database: {url}\n"
                 f"Temporal UI: http://127.0.0.1:{ui_port}/namespaces/default/workflows/"
@@ -182,6 +202,57 @@ def demo(
                 console.print("(the embedded server stops now; add --keep-open to browse the UI)")
 
     _run(go())
+
+
+@app.command("run")
+def run_agent_command(
+    prompt: Annotated[str, typer.Argument(help="What to ask the agent.")],
+    tools: ToolsOption = "tooltrail.demo:host",
+    provider: Annotated[
+        str, typer.Option(help="openai (any OpenAI-compatible server) or anthropic.")
+    ] = "openai",
+    model: Annotated[str | None, typer.Option(envvar="TOOLTRAIL_MODEL")] = None,
+    system: Annotated[str | None, typer.Option(help="A system prompt.")] = None,
+    max_turns: Annotated[int, typer.Option(help="Stop after this many model turns.")] = 10,
+    session: Annotated[str | None, typer.Option(help="Session id (default: a new one).")] = None,
+    database_url: DatabaseOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Run a one-shot durable agent on the embedded stack (endpoint and key from settings)."""
+    import uuid
+
+    import tooltrail
+    from tooltrail.llm import build_model_client
+
+    wired = load_host(tools)
+    client = build_model_client(provider, model=model)  # type: ignore[arg-type]
+    host = Host(
+        wired.registry,
+        hooks=wired.hooks,
+        observers=wired.observers,
+        middleware=wired.middleware,
+        reflector=wired.reflector,
+        circuit_breaker=wired.circuit_breaker,
+        access=wired.access,
+        model=client,
+    )
+
+    async def go() -> Any:
+        async with tooltrail.local(host, database_url=_database_url(database_url)) as tt:
+            result = await tt.run_agent(
+                prompt,
+                session_id=session or f"cli-{uuid.uuid4().hex[:8]}",
+                system=system,
+                max_turns=max_turns,
+            )
+            return result
+
+    result = _run(go())
+    if json_output:
+        print_json(console, result.model_dump(mode="json"))
+    else:
+        console.print(result.text or f"(no answer: stopped by {result.stopped_by})")
+        errors.print(f"run {result.run_id}: {len(result.turns)} turns", soft_wrap=True)
 
 
 @app.command()

@@ -15,10 +15,11 @@ from pydantic import Field
 
 from tooltrail.errors import ToolError
 from tooltrail.host import Host
+from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 from tooltrail.results import ToolCall
 from tooltrail.tools import ToolContext, tool
 
-__all__ = ["SCRIPTED_TURN", "host"]
+__all__ = ["SCRIPTED_TURN", "host", "scripted_agent_model"]
 
 _OPERATORS: dict[type[ast.AST], Callable[..., Any]] = {
     ast.Add: operator.add,
@@ -121,3 +122,29 @@ SCRIPTED_TURN = [
     ToolCall("call_8", "calculate", '{"expression": '),
 ]
 """What a model might answer in one turn: successes, soft errors and an unknown tool."""
+
+
+def scripted_agent_model() -> ScriptedModel:
+    """A model that plans, uses the tools over three turns, then answers."""
+    return ScriptedModel(
+        [
+            tool_call_response(
+                (
+                    "a1",
+                    "write_note",
+                    {"name": "facts", "text": "tooltrail makes tool calls durable"},
+                ),
+                ("a2", "calculate", {"expression": "6 * 7"}),
+            ),
+            tool_call_response(
+                ("a3", "read_note", {"name": "facts"}), ("a4", "fetch_weather", {"city": "Oslo"})
+            ),
+            tool_call_response(
+                ("a5", "word_count", {"text": "tooltrail makes tool calls durable"})
+            ),
+            text_response(
+                "The note says tooltrail makes tool calls durable (5 words); 6 * 7 = 42; "
+                "the weather service is down."
+            ),
+        ]
+    )
