@@ -48,7 +48,7 @@ async def main() -> None:
                 repeat = REPEAT if calls == 1 else 3
 
                 async def durable(batch: list[ToolCall] = batch) -> None:
-                    await tt.run_turn(batch, session_id="bench")
+                    await tt.run_turn(batch, session_id=f"bench-{uuid.uuid4()}")
 
                 async def floor(calls: int = calls) -> None:
                     await tt.client.execute_workflow(

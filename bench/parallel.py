@@ -7,6 +7,7 @@ machine, side by side.
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 from bench.common import embedded, median, report, timed
 from tooltrail import Host, RunConfig, ToolCall, tool
@@ -32,7 +33,7 @@ async def main() -> None:
             config = RunConfig(dispatch=mode, max_concurrency=CALLS)  # type: ignore[arg-type]
 
             async def one_turn(config: RunConfig = config) -> None:
-                await tt.run_turn(calls, session_id="bench", config=config)
+                await tt.run_turn(calls, session_id=f"bench-{uuid.uuid4()}", config=config)
 
             results[mode] = median(await timed(one_turn, REPEAT))
     ideal = float(DURATION_MS)
