@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import logging
 
+from pydantic import TypeAdapter
 from temporalio import activity
 
 from activities.tool_execution import Recorder, heartbeating
 from tooltrail.db.store import append_messages, load_conversation, store_answer
 from tooltrail.llm.errors import to_application_error
 from tooltrail.llm.messages import ModelClient, ModelRequest
+from tooltrail.results import Part
+from tooltrail.text import render_text
 from tooltrail.wire import MODEL_TURN, ModelTurnOutcome, ModelTurnRequest
 
 __all__ = ["ConversationActivities"]
@@ -46,8 +49,19 @@ class ConversationActivities:
         previous = next((answer for seq, _, answer in stored if seq == answer_seq), None)
         if previous is not None:
             return ModelTurnOutcome(response=previous, flushed=flushed, reused=True)
+        messages = [message for seq, message, _ in stored if seq < answer_seq]
+        refs = [m.content_ref for m in messages if m.content_ref]
+        if refs:
+            # Large tool results stayed out of history; the model reads them in full.
+            blobs = await self.recorder.store.blobs(refs)
+            messages = [
+                m.model_copy(update={"content": render_text(_output(blobs[m.content_ref]))})
+                if m.content_ref in blobs
+                else m
+                for m in messages
+            ]
         request = ModelRequest(
-            messages=[message for seq, message, _ in stored if seq < answer_seq],
+            messages=messages,
             tools=phase.catalog,
             model=phase.settings.model,
             temperature=phase.settings.temperature,
@@ -61,3 +75,10 @@ class ConversationActivities:
         async with self.recorder.store.sessions.begin() as session:
             await store_answer(session, run_id=phase.run_id, seq=answer_seq, response=response)
         return ModelTurnOutcome(response=response, flushed=flushed)
+
+
+_OUTPUT = TypeAdapter(str | list[Part])
+
+
+def _output(value: object) -> str | list[Part]:
+    return _OUTPUT.validate_python(value)

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from pydantic_core import to_jsonable_python
 from temporalio import activity
 
 from tooltrail.breaker import CircuitBreaker, HealthStore
@@ -34,7 +37,7 @@ from tooltrail.middleware import (
 )
 from tooltrail.observers import deliver
 from tooltrail.scratch import ScratchDirs
-from tooltrail.text import not_found, render_text
+from tooltrail.text import MEMORY_FIELD_LIMIT, not_found, render_text, stable_hash
 from tooltrail.tools import ArgumentsRejected, ToolContext, ToolRegistry
 from tooltrail.wire import TOOL_EXECUTE, AttemptOutcome, ExecuteAttempt, Flush
 
@@ -298,6 +301,38 @@ class ToolActivities:
             reflector=self.reflector,
         )
 
+    async def _claim_check(self, output: str | list[Any], limit: int) -> dict[str, Any]:
+        """Keep a large output out of workflow history: store it, pass its key instead.
+
+        The workflow still needs the output's hash (loop detection) and its first
+        characters (memory), so those travel with the key.
+        """
+        encoded = json.dumps(to_jsonable_python(output), ensure_ascii=False)
+        if limit <= 0 or len(encoded.encode("utf-8")) <= limit:
+            return {"output": output}
+        text = render_text(output)
+        key = hashlib.sha256(encoded.encode("utf-8")).hexdigest()
+        await self.recorder.store.put_blob(key, to_jsonable_python(output), len(encoded))
+        return {
+            "output": "",
+            "output_ref": key,
+            "output_hash": stable_hash(text),
+            "output_preview": text[: MEMORY_FIELD_LIMIT + 1],
+        }
+
+    async def _dispatch_record(self, record: Any, limit: int) -> dict[str, Any] | None:
+        """The dispatch record for the audit trail; a large raw value goes to the database."""
+        if record is None:
+            return None
+        data: dict[str, Any] = record.model_dump(mode="json")
+        encoded = json.dumps(data.get("value"), ensure_ascii=False)
+        if limit > 0 and len(encoded.encode("utf-8")) > limit:
+            key = hashlib.sha256(encoded.encode("utf-8")).hexdigest()
+            await self.recorder.store.put_blob(key, data["value"], len(encoded))
+            data["value"] = None
+            data["value_ref"] = key
+        return data
+
     @staticmethod
     async def _gate(health: HealthStore, breaker: CircuitBreaker, tool_name: str) -> bool:
         """Step 4: may the requested tool run? The breakers are shared through the database."""
@@ -363,15 +398,16 @@ class ToolActivities:
         started_at = datetime.now(UTC)
         async with heartbeating(BODY_STARTED):
             result = await run_pipeline(self.middleware, self.core, call)
+        claimed = await self._claim_check(result.output, inp.large_output_bytes)
         return AttemptOutcome(
+            **claimed,
             started_at=started_at,
             finished_at=datetime.now(UTC),
-            output=result.output,
             is_error=result.is_error,
             duration_ms=result.duration_ms,
             resolved_tool_name=result.resolved_tool_name or inp.tool_name,
             display_hint=result.display_hint,
             flushed=flushed,
             reflector=self.reflector,
-            dispatch=None if result.dispatch is None else result.dispatch.model_dump(mode="json"),
+            dispatch=await self._dispatch_record(result.dispatch, inp.large_output_bytes),
         )

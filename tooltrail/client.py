@@ -26,6 +26,7 @@ from temporalio.exceptions import (
     ChildWorkflowError,
     WorkflowAlreadyStartedError,
 )
+from temporalio.service import RPCError
 
 from tooltrail.access import AccessDecision
 from tooltrail.config import RunConfig
@@ -44,7 +45,7 @@ from tooltrail.errors import (
 from tooltrail.host import Host
 from tooltrail.llm.messages import Message
 from tooltrail.replays import RerunReport, compare, load_turn
-from tooltrail.results import ToolCall
+from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
 from tooltrail.tools import Tool, ToolRegistry
@@ -94,9 +95,12 @@ def turn_error(failure: WorkflowFailureError, turn_id: str) -> TurnError:
 class TurnHandle:
     """A started turn."""
 
-    def __init__(self, handle: WorkflowHandle[Any, TurnOutput]) -> None:
-        """Wrap a workflow handle."""
+    def __init__(
+        self, handle: WorkflowHandle[Any, TurnOutput], store: AuditStore | None = None
+    ) -> None:
+        """Wrap a workflow handle (and the audit store that keeps large outputs)."""
         self._handle = handle
+        self._store = store
 
     @property
     def turn_id(self) -> str:
@@ -118,9 +122,22 @@ class TurnHandle:
             TurnFailed: the workflow failed for another reason.
         """
         try:
-            return await self._handle.result()
+            output = await self._handle.result()
         except WorkflowFailureError as failure:
             raise turn_error(failure, self.turn_id) from failure
+        refs = [r.output_ref for r in output.results if r.output_ref]
+        if refs and self._store is not None:
+            # Large outputs stayed out of history: fill them back in from the database.
+            blobs = await self._store.blobs(refs)
+            output.results = [
+                ToolDispatchResult.model_validate(
+                    {**r.model_dump(), "output": blobs[r.output_ref], "output_ref": None}
+                )
+                if r.output_ref in blobs
+                else r
+                for r in output.results
+            ]
+        return output
 
     async def cancel(self) -> None:
         """Request cancellation; ``result()`` then raises ``TurnCancelled``."""
@@ -278,8 +295,16 @@ class Tooltrail:
             raise ConfigurationError(
                 f"turn id {turn_id!r} was already used; turn ids are never reused"
             ) from exc
+        except RPCError as exc:
+            if "size exceeds limit" not in str(exc):
+                raise
+            size = len(inp.model_dump_json().encode("utf-8"))
+            raise ConfigurationError(
+                f"the turn's calls are too large to start it ({size} bytes; Temporal accepts "
+                "at most 2 MiB per payload): send large data by reference, not in arguments"
+            ) from exc
         self.sessions.add(session_id)
-        return TurnHandle(handle)
+        return TurnHandle(handle, self.store)
 
     def _memo_inputs(self, calls: Sequence[ToolCall]) -> dict[str, Any]:
         memoizer = self.host.memoizer()
@@ -433,7 +458,9 @@ class Tooltrail:
 
     def get_turn(self, turn_id: str) -> TurnHandle:
         """Return the handle of an existing turn."""
-        return TurnHandle(self.client.get_workflow_handle(turn_id, result_type=TurnOutput))
+        return TurnHandle(
+            self.client.get_workflow_handle(turn_id, result_type=TurnOutput), self.store
+        )
 
     async def authorize_tool(
         self, name: str, arguments: dict[str, Any] | None = None

@@ -41,6 +41,12 @@ class RunConfig(BaseModel):
     """Temporal heartbeat timeout of a tool attempt: how fast a lost worker is noticed."""
     infrastructure_retries: int = Field(default=5, ge=1)
     """Temporal attempts of one tool attempt after infrastructure failures (lost worker)."""
+    max_argument_bytes: int = Field(default=512 * 1024, gt=0)
+    """A call whose arguments are larger is answered with a soft error and never dispatched:
+    Temporal refuses payloads over 2 MiB, and a refused command would stall the turn."""
+    large_output_bytes: int = Field(default=256 * 1024, ge=0)
+    """Outputs above this size stay out of workflow history: the database keeps them and
+    the history carries a reference (0 disables)."""
     interactive: bool = False
     """A hook's ``Ask`` waits for a human's approval (a Temporal Update) instead of refusing."""
     approval_timeout_s: float = Field(default=3600.0, gt=0)

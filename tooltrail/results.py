@@ -126,3 +126,6 @@ class ToolDispatchResult(BaseModel):
     """The tool that actually ran (differs from the requested name only after renaming)."""
     display_hint: str | None = None
     """A hint for user interfaces."""
+    output_ref: str | None = None
+    """Inside workflows only: a large output is stored in the database under this key and
+    ``output`` is empty (the client fills it back in before you see the result)."""

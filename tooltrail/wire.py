@@ -246,6 +246,8 @@ class ExecuteAttempt(BaseModel):
     flush: Flush | None = None
     skip_pre_hooks: bool = False
     """True when a human already approved this attempt (interactive ``Ask``)."""
+    large_output_bytes: int = 0
+    """Outputs above this size are stored in the database, not returned (0: never)."""
     hooks_only: bool = False
     """Run the pre-tool hooks and stop: the loop detector refuses this attempt unless a hook
     blocks it first (hooks come before detection)."""
@@ -279,6 +281,12 @@ class AttemptOutcome(BaseModel):
     """Served from the session's memoize cache by the workflow (no activity ran)."""
     dispatch: dict[str, Any] | None = None
     """The dispatcher's audit record (access, guardrails, idempotency: spec §8)."""
+    output_ref: str | None = None
+    """A large output was stored in the database under this key; ``output`` is empty."""
+    output_hash: str | None = None
+    """With ``output_ref``: the stable hash of the output's text."""
+    output_preview: str | None = None
+    """With ``output_ref``: the first characters of the output's text (for memory)."""
     post_hook_errors: list[str] = Field(default_factory=list)
     """Post-tool hooks that raised (logged and ignored)."""
 

@@ -114,6 +114,16 @@ def _pre_answered(call: ToolCall, text: str) -> ToolDispatchResult:
     )
 
 
+_FLUSH_BUDGET = 256 * 1024
+"""Bytes of audit records one activity carries at most (the rest follow with later ones)."""
+_EVENT_INPUT_LIMIT = 64 * 1024
+"""Bytes of a call's input recorded in its tool_call_received event before it is cut."""
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8"))
+
+
 def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
@@ -233,11 +243,16 @@ class TurnWorkflow:
         """
         if self._in_flight:
             return Flush(turn=self._turn)
-        flush = Flush(
-            turn=self._turn,
-            events=[e for e in self._events if e.seq not in self._in_flight],
-            memory=[m for m in self._memory if -1 - m.seq not in self._in_flight],
-        )
+        # A byte budget keeps every activity input far below Temporal's payload limit; what
+        # does not fit goes with the next activity (always at least one record).
+        events: list[AuditEvent] = []
+        budget = _FLUSH_BUDGET
+        for event in self._events:
+            budget -= _json_size(event.payload)
+            if events and budget < 0:
+                break
+            events.append(event)
+        flush = Flush(turn=self._turn, events=events, memory=list(self._memory))
         self._in_flight.update(e.seq for e in flush.events)
         self._in_flight.update(-1 - m.seq for m in flush.memory)
         return flush
@@ -364,17 +379,19 @@ class TurnWorkflow:
     def _receive(self, calls: list[ToolCall]) -> None:
         # on_tool_call_received fires for every call, unknown ones included, before dispatch.
         for call in calls:
-            self._emit(
-                "tool_call_received",
-                {
-                    "turn": self._turn.turn_id,
-                    "tool": call.name,
-                    "call_id": call.id,
-                    "input": call.arguments,
-                },
-                call_id=call.id,
-                tool=call.name,
-            )
+            payload: dict[str, Any] = {
+                "turn": self._turn.turn_id,
+                "tool": call.name,
+                "call_id": call.id,
+                "input": call.arguments,
+            }
+            size = _json_size(call.arguments)
+            if size > _EVENT_INPUT_LIMIT:
+                # The full input is in the turn's workflow input (history); the event keeps
+                # a note of it so no audit write can outgrow a payload.
+                payload["input"] = f"<{size} bytes: kept in the turn's workflow input>"
+                payload["input_bytes"] = size
+            self._emit("tool_call_received", payload, call_id=call.id, tool=call.name)
 
     async def _model_phase(self, phase: ModelPhase, started: datetime) -> ModelResponse:
         """Ask the model (one activity, which also keeps the conversation in SQL)."""
@@ -463,6 +480,17 @@ class TurnWorkflow:
             arguments = _parse_arguments(call.arguments)
             if isinstance(arguments, str):
                 slots[position] = _pre_answered(call, arguments)
+                self._finished.append(call.id)
+                continue
+            size = _json_size(arguments)
+            if size > inp.config.max_argument_bytes:
+                slots[position] = _pre_answered(
+                    call,
+                    invalid_arguments(
+                        f"{size} bytes of arguments; at most {inp.config.max_argument_bytes} "
+                        "are accepted"
+                    ),
+                )
                 self._finished.append(call.id)
                 continue
             batch.append((position, call, arguments))
@@ -555,14 +583,21 @@ class TurnWorkflow:
                 duration_ms=outcome.duration_ms,
                 resolved_tool_name=outcome.resolved_tool_name or tool_name,
                 display_hint=outcome.display_hint,
+                output_ref=outcome.output_ref,
             )
             # 6 POST: a. record detection before observers hear of the result; b. on_tool_post
             # (6c post hooks ran in the activity, after the body; 6d health joins here)
-            text = render_text(result.output)
+            # A large output stayed in the database: its hash and first characters came back.
+            text = (
+                render_text(result.output)
+                if outcome.output_ref is None
+                else (outcome.output_preview or "")
+            )
             if self._input.config.detection.enabled:
-                self._detector.record(
-                    operation_for(tool_name, arguments, text), self._input.config.detection
-                )
+                operation = operation_for(tool_name, arguments, text)
+                if outcome.output_ref is not None:
+                    operation = operation.model_copy(update={"result_hash": outcome.output_hash})
+                self._detector.record(operation, self._input.config.detection)
             post = self._post_event(call, tool_name, attempt, arguments, result, outcome)
             self._memo_update(call, tool_name, arguments, outcome)
             # 6e memory: successful results only.
@@ -696,7 +731,13 @@ class TurnWorkflow:
         self, call: ToolCall, tool_name: str, arguments: dict[str, Any], outcome: AttemptOutcome
     ) -> None:
         plan = self._input.memo
-        if plan is None or outcome.is_error or outcome.cached or self._input.shadow is not None:
+        if (
+            plan is None
+            or outcome.is_error
+            or outcome.cached
+            or outcome.output_ref is not None
+            or self._input.shadow is not None
+        ):
             return
         paths = self._input.memo_paths.get(call.id, [])
         self._memo.written(plan, tool_name, paths)
@@ -725,7 +766,11 @@ class TurnWorkflow:
             "turn": self._turn.turn_id,
             "tool_call_id": call.id,
             "tool": tool_name,
-            "result_hash": stable_hash(render_text(result.output)),
+            "result_hash": (
+                outcome.output_hash
+                if outcome is not None and outcome.output_ref is not None
+                else stable_hash(render_text(result.output))
+            ),
             "is_error": result.is_error,
             "duration": result.duration_ms,
             "display_hint": result.display_hint,
@@ -735,6 +780,8 @@ class TurnWorkflow:
             "started_at": _iso(outcome.started_at) if outcome else None,
             "finished_at": _iso(outcome.finished_at) if outcome else None,
         }
+        if outcome is not None and outcome.output_ref is not None:
+            payload["output_ref"] = outcome.output_ref
         if outcome is not None and outcome.cached:
             payload["cached"] = True
         if outcome is not None and outcome.dispatch is not None:
@@ -943,6 +990,7 @@ class TurnWorkflow:
                     skip_pre_hooks=skip_pre_hooks,
                     hooks_only=hooks_only,
                     shadow=self._input.shadow is not None,
+                    large_output_bytes=config.large_output_bytes,
                     recorded=(
                         self._input.shadow.attempts.get(f"{call.id}#{attempt}")
                         if self._input.shadow is not None

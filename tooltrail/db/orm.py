@@ -28,6 +28,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 __all__ = [
     "AuditEventRow",
     "Base",
+    "BlobRow",
     "ConversationMessageRow",
     "IdempotencyRecordRow",
     "MemoryEntryRow",
@@ -192,4 +193,17 @@ class ConversationMessageRow(Base):
     message: Mapped[dict[str, Any]] = mapped_column(JsonType)
     usage: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     """For assistant messages: the token usage of the call that produced it."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class BlobRow(Base):
+    """A large tool output, kept out of workflow history (the history holds its key)."""
+
+    __tablename__ = "blob"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    """SHA-256 of the content."""
+    size: Mapped[int] = mapped_column(BigInteger)
+    content: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    """``{"output": <text or parts>}``."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from tooltrail.db.engine import create_engine, session_factory
 from tooltrail.db.orm import (
     AuditEventRow,
+    BlobRow,
     ConversationMessageRow,
     MemoryEntryRow,
     SessionStateRow,
@@ -265,9 +266,26 @@ class AuditStore:
             return await load_session_state(session, session_id=session_id)
 
     async def events(self, turn_id: str) -> list[AuditEvent]:
-        """Return a turn's audit events ordered by ``seq``."""
+        """Return a turn's audit events ordered by ``seq``, large outputs filled back in."""
         async with self.sessions() as session:
-            return await list_events(session, turn_id=turn_id)
+            events = await list_events(session, turn_id=turn_id)
+            refs = [e.payload["output_ref"] for e in events if e.payload.get("output_ref")]
+            blobs = await get_blobs(session, keys=refs)
+        for event in events:
+            ref = event.payload.get("output_ref")
+            if ref in blobs:
+                event.payload["output"] = blobs[ref]
+        return events
+
+    async def put_blob(self, key: str, output: Any, size: int) -> None:
+        """Store a large output under its key."""
+        async with self.sessions.begin() as session:
+            await put_blob(session, key=key, output=output, size=size)
+
+    async def blobs(self, keys: Sequence[str]) -> dict[str, Any]:
+        """Return stored large outputs by key."""
+        async with self.sessions() as session:
+            return await get_blobs(session, keys=keys)
 
     async def memory(self, session_id: str) -> list[MemoryEntry]:
         """Return a session's memory entries."""
@@ -359,3 +377,19 @@ async def load_conversation(
             )
         loaded.append((row.seq, message, answer))
     return loaded
+
+
+async def put_blob(session: AsyncSession, *, key: str, output: Any, size: int) -> None:
+    """Store a large output under its content hash (once)."""
+    stmt = _insert(session, BlobRow).values(
+        key=key, size=size, content={"output": output}, created_at=datetime.now(UTC)
+    )
+    await session.execute(stmt.on_conflict_do_nothing(index_elements=["key"]))
+
+
+async def get_blobs(session: AsyncSession, *, keys: Sequence[str]) -> dict[str, Any]:
+    """Return stored outputs by key."""
+    if not keys:
+        return {}
+    rows = await session.scalars(select(BlobRow).where(BlobRow.key.in_(list(set(keys)))))
+    return {row.key: row.content["output"] for row in rows}

@@ -58,6 +58,9 @@ class Message(BaseModel):
     """Tool only: the tool's name (informational; providers match results by id)."""
     is_error: bool = False
     """Tool only: the output is a soft error."""
+    content_ref: str | None = None
+    """A large tool result stored in the database: ``content`` is filled in from it before
+    the model sees the message."""
 
     @model_validator(mode="after")
     def _check_role_fields(self) -> Self:
@@ -110,12 +113,15 @@ class Message(BaseModel):
             result: one result of ``TurnOutput.results``.
             name: the tool name the model requested (default: the tool that ran).
         """
-        return cls.tool(
+        message = cls.tool(
             result.tool_call_id,
             render_text(result.output),
             name=name or result.resolved_tool_name,
             is_error=result.is_error,
         )
+        if result.output_ref is not None:
+            message = message.model_copy(update={"content_ref": result.output_ref})
+        return message
 
 
 class Usage(BaseModel):

@@ -1,0 +1,105 @@
+"""Large outputs stay out of workflow history (claim check); the model still gets them."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import StackFactory
+from tooltrail import Host, OutputLimitMiddleware, ToolCall, tool
+from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
+
+FIVE_MIB = 5 * 1024 * 1024
+
+
+@tool
+def dump(size: int = FIVE_MIB) -> str:
+    """Return a very large text."""
+    return ("0123456789abcdef" * (size // 16 + 1))[:size]
+
+
+async def test_a_five_mib_output(stack: StackFactory) -> None:
+    async with stack(Host([dump])) as tt:
+        turn = await tt.run_turn(
+            [
+                ToolCall("big", "dump", {}),
+                ToolCall("big2", "dump", {}),
+                ToolCall("small", "dump", {"size": 10}),
+            ],
+            session_id="large",
+        )
+        history = await tt.client.get_workflow_handle(turn.turn_id).fetch_history()
+        events = await tt.audit(turn.turn_id)
+        memory = await tt.memory("large")
+    big = turn.results[0]
+    assert len(big.output) == FIVE_MIB and big.output_ref is None and not big.is_error
+    assert turn.results[2].output == "0123456789"
+    size = sum(len(e.SerializeToString()) for e in history.events)
+    assert size < 200_000, f"history is {size} bytes: the output must not be in it"
+    post = next(e for e in events if e.kind == "tool_post" and e.tool_call_id == "big")
+    assert len(post.payload["output"]) == FIVE_MIB, "the audit trail has the full output"
+    first = next(m for m in memory if m.tool_call_id == "big")
+    assert first.content.endswith("\u2026") and len(first.content) < 600
+
+
+async def test_the_output_limit_cut_still_applies(stack: StackFactory) -> None:
+    async with stack(Host([dump], middleware=[OutputLimitMiddleware(100)])) as tt:
+        turn = await tt.run_turn([ToolCall("big", "dump", {})], session_id="large-2")
+    assert len(turn.results[0].output) == 100
+    assert turn.results[0].output.endswith("\n[truncated]")
+
+
+async def test_an_agent_reads_a_large_result(stack: StackFactory) -> None:
+    model = ScriptedModel(
+        [tool_call_response(("c1", "dump", {"size": 400_000})), text_response("read it")]
+    )
+    async with stack(Host([dump], model=model)) as tt:
+        result = await tt.run_agent("dump it", session_id="large-3")
+    assert result.text == "read it"
+    tool_message = model.requests[1].messages[-1]
+    assert tool_message.role == "tool" and len(tool_message.content) == 400_000
+
+
+async def test_oversized_arguments_get_a_clear_soft_error(stack: StackFactory) -> None:
+    @tool
+    def take(blob: str) -> int:
+        return len(blob)
+
+    huge = "x" * (700 * 1024)
+    async with stack(Host([take])) as tt:
+        turn = await tt.run_turn(
+            [ToolCall("big", "take", {"blob": huge}), ToolCall("ok", "take", {"blob": "abc"})],
+            session_id="large-4",
+        )
+        events = await tt.audit(turn.turn_id)
+    big, ok = turn.results
+    assert big.is_error and big.output.startswith("invalid arguments: ")
+    assert "at most 524288 are accepted" in big.output
+    assert ok.output == "3"
+    received = next(e for e in events if e.kind == "tool_call_received" and e.tool_call_id == "big")
+    assert received.payload["input_bytes"] > 700 * 1024
+
+
+async def test_many_large_inputs_flush_in_pieces(stack: StackFactory) -> None:
+    @tool
+    def take(blob: str) -> int:
+        return len(blob)
+
+    calls = [ToolCall(f"c{i}", "take", {"blob": str(i % 10) * 60_000}) for i in range(20)]
+    async with stack(Host([take])) as tt:
+        turn = await tt.run_turn(calls, session_id="large-5")
+        events = await tt.audit(turn.turn_id)
+    assert [r.output for r in turn.results] == ["60000"] * 20
+    assert [e.seq for e in events] == list(range(len(events)))
+
+
+async def test_a_turn_too_large_to_start_says_so(stack: StackFactory) -> None:
+    from tooltrail import ConfigurationError
+
+    @tool
+    def take(blob: str) -> int:
+        return len(blob)
+
+    calls = [ToolCall(f"c{i}", "take", {"blob": "y" * 500_000}) for i in range(6)]
+    async with stack(Host([take])) as tt:
+        with pytest.raises(ConfigurationError, match="too large to start it"):
+            await tt.run_turn(calls, session_id="large-6")
