@@ -53,6 +53,9 @@ DatabaseOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+AddressOption = Annotated[
+    str | None, typer.Option(envvar="TOOLTRAIL_TEMPORAL_ADDRESS", help="HOST:PORT")
+]
 ToolsOption = Annotated[
     str,
     typer.Option(
@@ -366,10 +369,20 @@ def audit_list(
         bool, typer.Option("--errors", help="Only turns with soft or hard errors.")
     ] = False,
     limit: Annotated[int, typer.Option(help="At most this many turns.")] = 50,
+    stuck: Annotated[
+        bool,
+        typer.Option(
+            "--stuck", help="Turns whose workflow task keeps failing (asks the Temporal server)."
+        ),
+    ] = False,
+    temporal_address: AddressOption = None,
     database_url: DatabaseOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """List recent turns, newest first."""
+    if stuck:
+        _list_stuck(temporal_address, limit, json_output)
+        return
     filters = {
         "session_id": session,
         "status": status,
@@ -386,6 +399,28 @@ def audit_list(
         console.print("no turns match")
     else:
         console.print(turns_table(turns))
+
+
+def _list_stuck(temporal_address: str | None, limit: int, json_output: bool) -> None:
+    from tooltrail.client import Tooltrail
+
+    async def go() -> list[Any]:
+        client = await _client(temporal_address)
+        tt = Tooltrail(client, Host(), task_queue="", store=None)  # type: ignore[arg-type]
+        found: list[Any] = await tt.stuck_turns(limit=limit)
+        return found
+
+    found = _run(go())
+    if json_output:
+        print_json(console, [s.model_dump(mode="json") for s in found])
+    elif not found:
+        console.print("no stuck turns")
+    for item in [] if json_output else found:
+        console.print(
+            f"[red]stuck[/red] {item.turn_id}: workflow task attempt {item.attempts} "
+            f"(started {item.started_at:%Y-%m-%d %H:%M:%S})",
+            soft_wrap=True,
+        )
 
 
 @audit_app.command("show")
@@ -440,11 +475,6 @@ async def _turn_handle(turn_id: str, temporal_address: str | None) -> Any:
     address, namespace = _client_options()
     client = await connect_client(temporal_address or address, namespace=namespace)
     return TurnHandle(client.get_workflow_handle(turn_id, result_type=TurnOutput))
-
-
-AddressOption = Annotated[
-    str | None, typer.Option(envvar="TOOLTRAIL_TEMPORAL_ADDRESS", help="HOST:PORT")
-]
 
 
 @app.command()

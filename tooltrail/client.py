@@ -10,9 +10,10 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from pydantic import BaseModel
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -68,7 +69,15 @@ from tooltrail.wire import (
 )
 from tooltrail.worker import build_worker, connect_client
 
-__all__ = ["AgentHandle", "Tooltrail", "TurnHandle", "TurnResult", "connect", "local"]
+__all__ = [
+    "AgentHandle",
+    "StuckTurn",
+    "Tooltrail",
+    "TurnHandle",
+    "TurnResult",
+    "connect",
+    "local",
+]
 
 TurnResult = TurnOutput
 """The outcome of a turn: ``turn_id`` and ``results`` in the model's call order."""
@@ -175,6 +184,15 @@ class TurnHandle:
             cause = exc.cause
             message = cause.message if isinstance(cause, ApplicationError) else str(cause)
             raise ConfigurationError(message) from exc
+
+
+class StuckTurn(BaseModel):
+    """A turn whose workflow task failed again and again."""
+
+    turn_id: str
+    attempts: int
+    """Workflow task attempts so far."""
+    started_at: datetime
 
 
 class AgentHandle:
@@ -451,6 +469,26 @@ class Tooltrail:
         """Run an agent to its final answer; see ``start_agent``."""
         handle = await self.start_agent(messages, session_id=session_id, **options)
         return await handle.result()
+
+    async def stuck_turns(self, *, min_attempts: int = 2, limit: int = 200) -> list[StuckTurn]:
+        """Running turns whose workflow task keeps failing (a history that no longer
+        replays, input that cannot be decoded, a bug): Temporal retries those forever, so
+        they are found here instead of going unnoticed.
+        """
+        stuck = []
+        query = 'WorkflowType="TurnWorkflow" AND ExecutionStatus="Running"'
+        async for execution in self.client.list_workflows(query, limit=limit):
+            description = await self.client.get_workflow_handle(execution.id).describe()
+            pending = description.raw_description.pending_workflow_task
+            if pending.attempt >= min_attempts:
+                stuck.append(
+                    StuckTurn(
+                        turn_id=execution.id,
+                        attempts=pending.attempt,
+                        started_at=execution.start_time,
+                    )
+                )
+        return stuck
 
     async def conversation(self, run_id: str) -> list[Message]:
         """Return an agent run's conversation, in order (kept in SQL, not in history)."""

@@ -1,0 +1,71 @@
+"""Poisoned turns: a workflow task that keeps failing is reported, not retried silently."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from temporalio.testing import WorkflowEnvironment
+
+from tests.conftest import StackFactory
+from tooltrail import Host, tool
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@tool
+def noop() -> str:
+    """Nothing."""
+    return ""
+
+
+async def test_a_poisoned_turn_is_listed_as_stuck(
+    stack: StackFactory, temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    async with stack(Host([noop])) as tt:
+        # An input the workflow cannot decode: every workflow task fails, forever.
+        turn_id = f"poisoned-{uuid.uuid4()}"
+        await tt.client.start_workflow(
+            "TurnWorkflow",
+            {"session_id": "s", "calls": "not a list"},
+            id=turn_id,
+            task_queue=tt.task_queue,
+        )
+        stuck = []
+        for _ in range(150):
+            stuck = [s for s in await tt.stuck_turns() if s.turn_id == turn_id]
+            if stuck:
+                break
+            await asyncio.sleep(0.2)
+        assert stuck and stuck[0].attempts >= 2
+        address = temporal_env.client.service_client.config.target_host
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tooltrail.cli",
+                "audit",
+                "list",
+                "--stuck",
+                "--temporal-address",
+                address,
+            ],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "PYTHONPATH": str(ROOT),
+                "XDG_DATA_HOME": str(tmp_path),
+                "COLUMNS": "200",
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        await tt.client.get_workflow_handle(turn_id).terminate("test over")
+    assert done.returncode == 0, done.stderr
+    assert f"stuck {turn_id}" in done.stdout
