@@ -43,7 +43,8 @@ async def test_a_poisoned_turn_is_listed_as_stuck(
             await asyncio.sleep(0.2)
         assert stuck and stuck[0].attempts >= 2
         address = temporal_env.client.service_client.config.target_host
-        done = subprocess.run(
+        done = await asyncio.to_thread(
+            subprocess.run,
             [
                 sys.executable,
                 "-m",

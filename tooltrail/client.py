@@ -471,9 +471,10 @@ class Tooltrail:
         return await handle.result()
 
     async def stuck_turns(self, *, min_attempts: int = 2, limit: int = 200) -> list[StuckTurn]:
-        """Running turns whose workflow task keeps failing (a history that no longer
-        replays, input that cannot be decoded, a bug): Temporal retries those forever, so
-        they are found here instead of going unnoticed.
+        """Return running turns whose workflow task keeps failing.
+
+        A history that no longer replays, an input that cannot be decoded, a bug: Temporal
+        retries such workflow tasks forever, so they are found here instead of going unnoticed.
         """
         stuck = []
         query = 'WorkflowType="TurnWorkflow" AND ExecutionStatus="Running"'
