@@ -8,6 +8,7 @@ workers run ``tooltrail worker``.
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime, timedelta
@@ -195,6 +196,37 @@ class StuckTurn(BaseModel):
     started_at: datetime
 
 
+_MAX_DEPTH = 64
+
+
+def _too_deep(value: Any) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            return True
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return False
+
+
+def _encodable(call: ToolCall) -> ToolCall:
+    """Hand arguments nested too deeply for Temporal's payload codecs over as raw text.
+
+    The workflow then answers the call with a soft ``invalid arguments`` error; as a nested
+    mapping they could not be decoded by the worker at all, and the turn would never start.
+    """
+    if isinstance(call.arguments, str) or not _too_deep(call.arguments):
+        return call
+    try:
+        raw = json.dumps(call.arguments)
+    except (ValueError, RecursionError):
+        raw = "<arguments nested too deeply to encode>"
+    return call.model_copy(update={"arguments": raw})
+
+
 class AgentHandle:
     """A started agent run."""
 
@@ -282,6 +314,7 @@ class Tooltrail:
         turn_id = turn_id or f"turn-{uuid.uuid4()}"
         names = self.host.registry.names() if advertised is None else list(advertised)
         config = config or RunConfig()
+        calls = [_encodable(call) for call in calls]
         session = SessionState() if shadow else await self.store.session_state(session_id)
         inp = TurnInput(
             session_id=session_id,

@@ -93,7 +93,7 @@ class Host:
             if isinstance(arguments, str):
                 try:
                     arguments = json.loads(arguments) if arguments.strip() else {}
-                except ValueError:
+                except (ValueError, RecursionError):
                     arguments = None
             if item is None or not isinstance(arguments, dict):
                 verdicts.append(CallVerdict())

@@ -99,9 +99,46 @@ def _parse_arguments(arguments: dict[str, Any] | str) -> dict[str, Any] | str:
         parsed = json.loads(arguments)
     except json.JSONDecodeError as exc:
         return invalid_arguments(f"not valid JSON ({exc.msg} at position {exc.pos})")
+    except (ValueError, RecursionError) as exc:
+        # Valid-looking JSON Python cannot take (a 5,000-digit number, extreme nesting).
+        return invalid_arguments(f"not valid JSON ({type(exc).__name__}: {exc})"[:300])
     if not isinstance(parsed, dict):
         return invalid_arguments(f"expected a JSON object, got {type(parsed).__name__}")
     return parsed
+
+
+MAX_ARGUMENT_DEPTH = 64
+"""Nesting deeper than this is refused: payload encoders and decoders have depth limits, and
+a payload that cannot be encoded would stall the turn."""
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    # Iterative on purpose: the value may be nested deeper than Python's recursion limit.
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return False
+
+
+def _argument_problem(arguments: dict[str, Any], max_bytes: int) -> str | None:
+    """Why the arguments cannot be dispatched, or ``None``."""
+    if _depth_exceeds(arguments, MAX_ARGUMENT_DEPTH):
+        return invalid_arguments(f"nested deeper than {MAX_ARGUMENT_DEPTH} levels")
+    try:
+        size = _json_size(arguments)
+    except UnicodeEncodeError:
+        return invalid_arguments("contains text that is not valid Unicode (a lone surrogate)")
+    except (ValueError, RecursionError, TypeError) as exc:
+        return invalid_arguments(f"cannot be encoded as JSON ({type(exc).__name__})")
+    if size > max_bytes:
+        return invalid_arguments(f"{size} bytes of arguments; at most {max_bytes} are accepted")
+    return None
 
 
 def _pre_answered(call: ToolCall, text: str) -> ToolDispatchResult:
@@ -122,6 +159,15 @@ _EVENT_INPUT_LIMIT = 64 * 1024
 
 def _json_size(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8"))
+
+
+def _safe_size(value: Any) -> int | None:
+    if not isinstance(value, str) and _depth_exceeds(value, MAX_ARGUMENT_DEPTH):
+        return None
+    try:
+        return _json_size(value)
+    except (ValueError, RecursionError, TypeError):  # UnicodeEncodeError is a ValueError
+        return None
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -385,11 +431,15 @@ class TurnWorkflow:
                 "call_id": call.id,
                 "input": call.arguments,
             }
-            size = _json_size(call.arguments)
-            if size > _EVENT_INPUT_LIMIT:
+            size = _safe_size(call.arguments)
+            if size is None or size > _EVENT_INPUT_LIMIT:
                 # The full input is in the turn's workflow input (history); the event keeps
                 # a note of it so no audit write can outgrow a payload.
-                payload["input"] = f"<{size} bytes: kept in the turn's workflow input>"
+                payload["input"] = (
+                    "<not encodable as JSON: kept in the turn's workflow input>"
+                    if size is None
+                    else f"<{size} bytes: kept in the turn's workflow input>"
+                )
                 payload["input_bytes"] = size
             self._emit("tool_call_received", payload, call_id=call.id, tool=call.name)
 
@@ -482,15 +532,9 @@ class TurnWorkflow:
                 slots[position] = _pre_answered(call, arguments)
                 self._finished.append(call.id)
                 continue
-            size = _json_size(arguments)
-            if size > inp.config.max_argument_bytes:
-                slots[position] = _pre_answered(
-                    call,
-                    invalid_arguments(
-                        f"{size} bytes of arguments; at most {inp.config.max_argument_bytes} "
-                        "are accepted"
-                    ),
-                )
+            problem = _argument_problem(arguments, inp.config.max_argument_bytes)
+            if problem is not None:
+                slots[position] = _pre_answered(call, problem)
                 self._finished.append(call.id)
                 continue
             batch.append((position, call, arguments))
