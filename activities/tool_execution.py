@@ -28,6 +28,7 @@ from tooltrail.breaker import CircuitBreaker, HealthStore
 from tooltrail.db.store import AuditStore
 from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.hooks import PostToolUseContext, PreToolUseContext, run_post_hooks, run_pre_hooks
+from tooltrail.logs import call_context
 from tooltrail.middleware import (
     Middleware,
     MiddlewareCall,
@@ -37,6 +38,7 @@ from tooltrail.middleware import (
 )
 from tooltrail.observers import deliver
 from tooltrail.scratch import ScratchDirs
+from tooltrail.telemetry import record_call, record_retry
 from tooltrail.text import MEMORY_FIELD_LIMIT, not_found, render_text, stable_hash
 from tooltrail.tools import ArgumentsRejected, ToolContext, ToolRegistry
 from tooltrail.wire import TOOL_EXECUTE, AttemptOutcome, ExecuteAttempt, Flush
@@ -194,6 +196,16 @@ class ToolActivities:
     @activity.defn(name=TOOL_EXECUTE)
     async def execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
         """Write pending audit records, then run one attempt: pre hooks, body, post hooks."""
+        # Every log line of this attempt names the turn, the call and the attempt.
+        with call_context(inp.turn_id, inp.tool_call_id, inp.attempt):
+            outcome = await self._execute(inp)
+        if not (inp.hooks_only or inp.shadow):
+            if inp.attempt > 0:
+                record_retry(inp.tool_name)
+            record_call(outcome.resolved_tool_name, outcome.is_error, outcome.duration_ms)
+        return outcome
+
+    async def _execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
         flushed = await self.recorder.write(inp.flush)
         if self.hooks and not inp.skip_pre_hooks:
             decision = await run_pre_hooks(

@@ -134,8 +134,13 @@ async def test_worker_process_serves_a_connected_client_and_audit_commands(
     )
     try:
         assert proc.stderr is not None
-        line = await asyncio.wait_for(proc.stderr.readline(), timeout=60)
-        assert b"worker up" in line, line
+        seen = []
+        for _ in range(50):  # log lines may come first
+            line = await asyncio.wait_for(proc.stderr.readline(), timeout=60)
+            seen.append(line)
+            if b"worker up" in line or not line:
+                break
+        assert b"worker up" in seen[-1], seen
         async with tooltrail.connect(
             Host(crash_tools.host.registry),
             temporal_address=address,

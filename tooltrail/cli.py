@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import logging
 import os
 import signal
 import socket
@@ -20,6 +21,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from tooltrail.cli_config import config_app
 from tooltrail.errors import ConfigurationError, TooltrailError
 from tooltrail.host import Host
 from tooltrail.render import preview, print_json, results_table, timeline_table, turns_table
@@ -39,6 +41,7 @@ history_app = typer.Typer(help="Export workflow histories.", no_args_is_help=Tru
 app.add_typer(audit_app, name="audit")
 app.add_typer(db_app, name="db")
 app.add_typer(history_app, name="history")
+app.add_typer(config_app, name="config")
 
 console = Console()
 errors = Console(stderr=True)
@@ -314,6 +317,9 @@ def worker(
     import tooltrail
 
     host = load_host(tools)
+    from tooltrail.telemetry import configure_from_env
+
+    telemetry = configure_from_env()
 
     async def go() -> None:
         async with tooltrail.worker(
@@ -331,7 +337,11 @@ def worker(
             )
             await _until_stopped(running)
 
-    _run(go())
+    try:
+        _run(go())
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -470,10 +480,8 @@ def _client_options() -> tuple[str, str]:
 async def _turn_handle(turn_id: str, temporal_address: str | None) -> Any:
     from tooltrail.client import TurnHandle
     from tooltrail.wire import TurnOutput
-    from tooltrail.worker import connect_client
 
-    address, namespace = _client_options()
-    client = await connect_client(temporal_address or address, namespace=namespace)
+    client = await _client(temporal_address)
     return TurnHandle(client.get_workflow_handle(turn_id, result_type=TurnOutput))
 
 
@@ -535,10 +543,14 @@ def approvals(
 
 
 async def _client(temporal_address: str | None) -> Any:
-    from tooltrail.worker import connect_client
+    from tooltrail.worker import connect_client, settings_client_options
 
     address, namespace = _client_options()
-    return await connect_client(temporal_address or address, namespace=namespace)
+    return await connect_client(
+        temporal_address or address,
+        namespace=namespace,
+        **settings_client_options(Settings()),
+    )
 
 
 @history_app.command("export")
@@ -694,8 +706,16 @@ def db_current(database_url: DatabaseOption = None) -> None:
 
 def main() -> None:
     """Entry point of the ``tooltrail`` command."""
+    from tooltrail.logs import configure_logging
+
     code = 0
     try:
+        try:
+            configure_logging()
+        except Exception as exc:  # bad settings must still let `tooltrail config show` run
+            errors.print(f"[yellow]warning:[/yellow] logging not configured: {exc}")
+        # Schema checks open a migration context on every start; its INFO lines are noise.
+        logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING)
         app()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -68,7 +68,7 @@ from tooltrail.wire import (
     TurnInput,
     TurnOutput,
 )
-from tooltrail.worker import build_worker, connect_client
+from tooltrail.worker import build_worker, connect_client, settings_client_options
 
 __all__ = [
     "AgentHandle",
@@ -605,13 +605,21 @@ async def local(
     url = database_url or wired.database_url or Settings().effective_database_url()
     await upgrade(url)
     env = await start_dev_server(port=port, ui=ui, ui_port=ui_port, db_filename=server_db_filename)
+    # The embedded server's client, with the configured codec and tracing.
+    options = settings_client_options(Settings())
+    options.pop("api_key", None)
+    options.pop("tls", None)
+    client = Client(
+        env.client.service_client,
+        namespace=env.client.namespace,
+        data_converter=options["data_converter"],
+        interceptors=options.get("interceptors", []),
+    )
     store = AuditStore(url)
     scratch = ScratchDirs(wired.scratch_base, enabled=wired.managed_scratch)
-    tt = Tooltrail(env.client, wired, task_queue=task_queue, store=store)
+    tt = Tooltrail(client, wired, task_queue=task_queue, store=store)
     try:
-        async with build_worker(
-            env.client, wired, task_queue=task_queue, store=store, scratch=scratch
-        ):
+        async with build_worker(client, wired, task_queue=task_queue, store=store, scratch=scratch):
             yield tt
     finally:
         for session_id in tt.sessions:
@@ -641,7 +649,9 @@ async def connect(
     url = database_url or wired.database_url or settings.effective_database_url()
     await check_schema(url)
     client = await connect_client(
-        temporal_address or settings.temporal_address, namespace=namespace or settings.namespace
+        temporal_address or settings.temporal_address,
+        namespace=namespace or settings.namespace,
+        **settings_client_options(settings),
     )
     store = AuditStore(url)
     try:

@@ -24,14 +24,16 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["CODEC_KEY_SIZES", "MASK", "UNSET", "LogLevel", "Settings", "default_data_dir"]
+from tooltrail.errors import ConfigurationError
+
+__all__ = ["CODEC_KEY_BYTES", "MASK", "UNSET", "LogLevel", "Settings", "default_data_dir"]
 
 MASK = "****"
 """How ``Settings.masked()`` shows a secret that is set (and a URL's password)."""
 UNSET = "(unset)"
 """How ``Settings.masked()`` shows a secret that is not set."""
-CODEC_KEY_SIZES = (16, 24, 32)
-"""Valid AES key sizes in bytes (AES-128/192/256-GCM)."""
+CODEC_KEY_BYTES = 32
+"""Size of a payload codec key: AES-256-GCM (``tooltrail.codec``)."""
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 """A standard ``logging`` level name."""
@@ -101,7 +103,7 @@ def parse_codec_keys(text: str) -> dict[str, bytes]:
     Error messages name key ids and positions, never key material.
 
     Raises:
-        ValueError: an entry is malformed, an id repeats, or a key is not 16/24/32 bytes.
+        ValueError: an entry is malformed, an id repeats, or a key is not 32 bytes.
     """
     keys: dict[str, bytes] = {}
     for position, entry in enumerate((e.strip() for e in text.split(",")), start=1):
@@ -116,13 +118,16 @@ def parse_codec_keys(text: str) -> dict[str, bytes]:
             )
         if kid in keys:
             raise ValueError(f"codec key id {kid!r} appears twice in TOOLTRAIL_CODEC_KEYS")
+        # Standard or URL-safe base64, as ``tooltrail.codec`` accepts.
+        alphabet = encoded.strip().replace("-", "+").replace("_", "/")
         try:
-            key = base64.b64decode(encoded.strip(), validate=True)
+            key = base64.b64decode(alphabet, validate=True)
         except (binascii.Error, ValueError):
             raise ValueError(f"codec key {kid!r} is not valid base64") from None
-        if len(key) not in CODEC_KEY_SIZES:
+        if len(key) != CODEC_KEY_BYTES:
             raise ValueError(
-                f"codec key {kid!r} decodes to {len(key)} bytes; AES-GCM needs 16, 24 or 32"
+                f"codec key {kid!r} decodes to {len(key)} bytes; "
+                f"AES-256-GCM needs exactly {CODEC_KEY_BYTES}"
             )
         keys[kid] = key
     if not keys:
@@ -154,7 +159,7 @@ class Settings(BaseSettings):
 
     # -- Temporal connection security ------------------------------------------------------
     temporal_tls: bool = False
-    """Connect to Temporal over TLS (implied by a client certificate or an API key)."""
+    """Connect to Temporal over TLS (implied by any TLS setting below, or an API key)."""
     temporal_tls_client_cert: Path | None = None
     """PEM client certificate for mutual TLS."""
     temporal_tls_client_key: Path | None = None
@@ -235,7 +240,11 @@ class Settings(BaseSettings):
         return f"sqlite:///{self.data_dir / 'tooltrail.db'}"
 
     def codec_key_ring(self) -> dict[str, bytes]:
-        """Return the codec keys by id, the active one first; empty without ``codec_keys``."""
+        """Return the codec keys by id, the active one first; empty without ``codec_keys``.
+
+        ``AesGcmCodec(settings.codec_key_ring(), settings.active_codec_key_id())`` builds the
+        payload codec, honouring ``codec_key_id``.
+        """
         if self.codec_keys is None:
             return {}
         keys = parse_codec_keys(self.codec_keys.get_secret_value())
@@ -252,7 +261,55 @@ class Settings(BaseSettings):
 
     def temporal_uses_tls(self) -> bool:
         """Whether the Temporal connection must use TLS (asked for, or implied)."""
-        return bool(self.temporal_tls or self.temporal_tls_client_cert or self.temporal_api_key)
+        return bool(
+            self.temporal_tls
+            or self.temporal_tls_client_cert
+            or self.temporal_tls_client_key
+            or self.temporal_tls_server_ca
+            or self.temporal_tls_server_name
+            or self.temporal_api_key
+        )
+
+    def temporal_connect_options(self) -> dict[str, Any]:
+        """Return the TLS and API-key keyword arguments for ``Client.connect``.
+
+        ``connect_client(address, namespace=..., **settings.temporal_connect_options())``.
+        Empty when neither TLS nor an API key is configured; ``tls=True`` (system roots, no
+        client certificate) when TLS is asked for without files.
+
+        Raises:
+            ConfigurationError: a client certificate without its key (or the reverse), or a
+                file that cannot be read.
+        """
+        options: dict[str, Any] = {}
+        if self.temporal_api_key is not None:
+            options["api_key"] = self.temporal_api_key.get_secret_value()
+        if not self.temporal_uses_tls():
+            return options
+        if (self.temporal_tls_client_cert is None) != (self.temporal_tls_client_key is None):
+            raise ConfigurationError(
+                "mutual TLS needs both TOOLTRAIL_TEMPORAL_TLS_CLIENT_CERT and "
+                "TOOLTRAIL_TEMPORAL_TLS_CLIENT_KEY"
+            )
+        files = (
+            self.temporal_tls_server_ca,
+            self.temporal_tls_client_cert,
+            self.temporal_tls_client_key,
+        )
+        if not any(files) and self.temporal_tls_server_name is None:
+            options["tls"] = True
+            return options
+        # Imported here: settings are read by every command, most of which never connect.
+        from temporalio.service import TLSConfig
+
+        ca, cert, key = (_read_pem(path) for path in files)
+        options["tls"] = TLSConfig(
+            server_root_ca_cert=ca,
+            client_cert=cert,
+            client_private_key=key,
+            domain=self.temporal_tls_server_name,
+        )
+        return options
 
     def secret_values(self) -> list[str]:
         """Return every secret's plain text, for redaction (``tooltrail.logs``).
@@ -296,6 +353,15 @@ class Settings(BaseSettings):
                 out[name] = value
         out["effective_database_url"] = mask_url(self.effective_database_url())
         return out
+
+
+def _read_pem(path: Path | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read TLS file {str(path)!r}: {exc.strerror}") from exc
 
 
 def _is_secret_annotation(annotation: Any) -> bool:

@@ -9,12 +9,14 @@ from typing import Any
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import AuditActivities, RecoveryActivities, SessionActivities, ToolActivities
 from activities.conversation import ConversationActivities
 from activities.tool_execution import Recorder
+from tooltrail.codec import AesGcmCodec, data_converter
 from tooltrail.db.migrate import check_schema
 from tooltrail.db.store import AuditStore
 from tooltrail.dispatcher import ToolDispatcher
@@ -25,6 +27,7 @@ from tooltrail.middleware import RedactingMiddleware
 from tooltrail.recovery import NoopReflector
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
+from tooltrail.telemetry import tracing_interceptors
 from tooltrail.tools import Tool, ToolRegistry
 from workflows import AgentRunWorkflow, CloseSessionWorkflow, TurnWorkflow
 
@@ -105,15 +108,45 @@ def build_worker(
     )
 
 
-async def connect_client(address: str, *, namespace: str = "default", **kwargs: Any) -> Client:
-    """Connect a Temporal client with the pydantic data converter.
+def settings_data_converter(settings: Settings) -> DataConverter:
+    """The pydantic data converter, encrypting payloads when codec keys are configured."""
+    if settings.codec_keys is None:
+        return pydantic_data_converter
+    codec = AesGcmCodec(settings.codec_key_ring(), settings.active_codec_key_id() or "")
+    return data_converter(codec)
+
+
+def settings_client_options(settings: Settings) -> dict[str, Any]:
+    """``Client.connect`` options from the settings: converter, TLS/API key, tracing."""
+    options: dict[str, Any] = {
+        "data_converter": settings_data_converter(settings),
+        **settings.temporal_connect_options(),
+    }
+    if settings.otel_enabled:
+        # On the client only: a worker built on it inherits the interceptors (passing them
+        # to the worker too would record every worker-side span twice).
+        options["interceptors"] = tracing_interceptors()
+    return options
+
+
+async def connect_client(
+    address: str,
+    *,
+    namespace: str = "default",
+    data_converter: DataConverter | None = None,
+    **kwargs: Any,
+) -> Client:
+    """Connect a Temporal client with the pydantic data converter (or the one given).
 
     Raises:
         ConfigurationError: the server cannot be reached (with the address tried).
     """
     try:
         return await Client.connect(
-            address, namespace=namespace, data_converter=pydantic_data_converter, **kwargs
+            address,
+            namespace=namespace,
+            data_converter=data_converter or pydantic_data_converter,
+            **kwargs,
         )
     except RuntimeError as exc:
         raise ConfigurationError(
@@ -148,6 +181,7 @@ async def worker(
     client = await connect_client(
         temporal_address or settings.temporal_address,
         namespace=namespace or settings.namespace,
+        **settings_client_options(settings),
     )
     store = AuditStore(url)
     try:
