@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from tooltrail import AlwaysRecoverable, Host, PostToolUseContext, ToolError, tool
+from tooltrail.llm.scripted import ScriptedModel, tool_call_response
 
 
 def _record(name: str) -> int:
@@ -87,4 +88,12 @@ def _marker(name: str) -> bool:
 host = Host([echo, fragile, fragile_once, fails_once])
 recovering_host = Host([echo, fragile, fragile_once, fails_once], reflector=AlwaysRecoverable())
 idempotent_host = Host([echo, charge], hooks=[KillAfterFirstCharge()])
-HOSTS = {"plain": host, "recovering": recovering_host, "idempotent": idempotent_host}
+# The doomed worker's model asks for `fragile`, which kills that worker mid-run; the worker
+# that takes over only needs the model's final answer.
+agent_host = Host([echo, fragile], model=ScriptedModel([tool_call_response(("m1", "fragile", {}))]))
+HOSTS = {
+    "plain": host,
+    "recovering": recovering_host,
+    "idempotent": idempotent_host,
+    "agent": agent_host,
+}

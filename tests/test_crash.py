@@ -13,6 +13,7 @@ import os
 import sys
 import uuid
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests import crash_tools
 from tooltrail import FixedDelay, Host, RunConfig, ToolCall, Tooltrail
 from tooltrail.db.store import AuditStore
+from tooltrail.llm.scripted import ScriptedModel, text_response
 from tooltrail.worker import build_worker
 
 pytestmark = pytest.mark.crash
@@ -208,3 +210,45 @@ async def test_crash_after_an_idempotent_outcome_committed(
         "c1",
     )
     assert post.payload["dispatch"]["attempt"] == 2
+
+
+async def test_worker_killed_mid_agent_run(
+    temporal_env: WorkflowEnvironment,
+    sqlite_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TOOLTRAIL_CRASH_DIR", str(tmp_path))
+    address = temporal_env.client.service_client.config.target_host
+    task_queue = f"crash-{uuid.uuid4()}"
+    store = AuditStore(sqlite_url)
+    survivor_model = ScriptedModel([text_response("recovered and done")])
+    survivor = Host(crash_tools.agent_host.registry, model=survivor_model)
+    tt = Tooltrail(temporal_env.client, survivor, task_queue=task_queue, store=store)
+    try:
+        doomed = await start_worker_process(address, task_queue, sqlite_url, "agent")
+        handle = await tt.start_agent("go", session_id="crash-agent")
+        assert await asyncio.wait_for(doomed.wait(), timeout=60) == -9
+        async with build_worker(
+            temporal_env.client,
+            survivor,
+            task_queue=task_queue,
+            store=store,
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+        ):
+            result = await asyncio.wait_for(handle.result(), timeout=90)
+        conversation = await tt.conversation(result.run_id)
+        first_turn = await tt.audit(result.turns[0])
+    finally:
+        await store.close()
+    assert (result.text, len(result.turns)) == ("recovered and done", 2)
+    # The first model answer was stored before the crash and never asked for again.
+    assert len(survivor_model.requests) == 1
+    assert [m.role for m in conversation] == ["user", "assistant", "tool", "assistant"]
+    assert conversation[2].content == "fragile survived"
+    assert crash_tools.runs("fragile") == 2, "the interrupted tool ran again (at least once)"
+    assert [e.seq for e in first_turn] == list(range(len(first_turn)))
+    per_event = Counter(
+        (e.kind, e.tool_call_id, e.attempt, e.payload.get("phase")) for e in first_turn
+    )
+    assert all(count == 1 for count in per_event.values()), per_event
