@@ -38,7 +38,7 @@ from tooltrail.middleware import (
 )
 from tooltrail.observers import deliver
 from tooltrail.scratch import ScratchDirs
-from tooltrail.telemetry import record_call, record_retry
+from tooltrail.telemetry import record_breaker_state, record_call, record_retry
 from tooltrail.text import MEMORY_FIELD_LIMIT, not_found, render_text, stable_hash
 from tooltrail.tools import ArgumentsRejected, ToolContext, ToolRegistry
 from tooltrail.wire import TOOL_EXECUTE, AttemptOutcome, ExecuteAttempt, Flush
@@ -364,12 +364,13 @@ class ToolActivities:
     ) -> None:
         """Step 6d: record the attempt's outcome under the tool that actually ran."""
         try:
-            await health.record(
+            state = await health.record(
                 outcome.resolved_tool_name,
                 is_error=outcome.is_error,
                 duration_ms=outcome.duration_ms,
                 config=breaker,
             )
+            record_breaker_state(outcome.resolved_tool_name, state)
         except Exception:
             log.warning(
                 "health record for %r failed; dropped", outcome.resolved_tool_name, exc_info=True

@@ -386,17 +386,21 @@ class HealthStore:
 
     async def record(
         self, tool: str, *, is_error: bool, duration_ms: float, config: CircuitBreaker
-    ) -> None:
+    ) -> BreakerStatus:
         """Record an attempt's outcome: a failure if ``is_error``, else a success.
 
         Creates the tool's breaker from ``config`` if it has none.
+
+        Returns:
+            The breaker's state after the record (for telemetry).
         """
         step = record_failure if is_error else record_success
 
-        def apply(state: BreakerState, now: datetime) -> tuple[BreakerState, None]:
-            return step(state, now, duration_ms), None
+        def apply(state: BreakerState, now: datetime) -> tuple[BreakerState, BreakerStatus]:
+            new = step(state, now, duration_ms)
+            return new, new.state
 
-        await self._apply(tool, config, apply)
+        return await self._apply(tool, config, apply)
 
     async def snapshot(self, tool: str) -> BreakerState | None:
         """Return the tool's breaker as stored, or ``None`` if it has none yet."""
