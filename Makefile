@@ -41,8 +41,8 @@ histories: $(STAMP)
 
 ## Benchmarks: tables on stdout, JSON in bench/results/.
 bench: $(STAMP)
-	$(BIN)/python -m bench.overhead
-	$(BIN)/python -m bench.parallel
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[bench]"
+	$(BIN)/python -m bench.all
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
