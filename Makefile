@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test check lint typecheck pytest dev histories bench clean
+.PHONY: demo test check lint typecheck pytest dev histories faults bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ dev: $(STAMP)
 ## Re-record the replay corpus tests/histories/ (only for new pipeline paths).
 histories: $(STAMP)
 	$(BIN)/python -m tests.history_scenarios
+
+## A longer randomized fault run (workers killed and restarted); prints the figures.
+faults: $(STAMP)
+	$(BIN)/python -m bench.faults
 
 ## Benchmarks: tables on stdout, JSON in bench/results/.
 bench: $(STAMP)

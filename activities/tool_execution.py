@@ -30,6 +30,7 @@ from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.hooks import PostToolUseContext, PreToolUseContext, run_post_hooks, run_pre_hooks
 from tooltrail.logs import call_context
 from tooltrail.middleware import (
+    BODY_STARTED,
     Middleware,
     MiddlewareCall,
     RedactingMiddleware,
@@ -49,9 +50,6 @@ log = logging.getLogger("tooltrail.tool")
 
 BREAKER_OPEN_TEXT = "tool temporarily unavailable: circuit breaker open"
 """The soft result of a call refused by an open circuit breaker (spec §11.3)."""
-
-BODY_STARTED = "body-started"
-"""Heartbeat detail sent just before a tool body runs; a retried attempt reads it back."""
 
 
 def interrupted_text(name: str) -> str:

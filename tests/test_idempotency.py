@@ -557,7 +557,7 @@ async def test_unavailable_store_fails_closed() -> None:
     assert runs.count == 0
 
 
-async def test_complete_is_retried_three_times_with_backoff() -> None:
+async def test_complete_is_retried_with_backoff_while_the_claim_is_ours() -> None:
     sleeps: list[float] = []
 
     async def fake_sleep(seconds: float) -> None:
@@ -569,11 +569,20 @@ async def test_complete_is_retried_three_times_with_backoff() -> None:
     assert sleeps == [0.1, 0.2]
     assert await store.get("k") == StoredOutcome(ok=True, value="v", source_call_id="c1")
 
+    # Past the spec's three tries it keeps going (a short outage must not cost a second run
+    # of the body), backing off to 2 s, until about 30 s have passed.
     sleeps.clear()
-    store = FlakyStore(complete_failures=3)
+    store = FlakyStore(complete_failures=5)
+    result = await run(store, Runs().body("v"), sleep=fake_sleep)
+    assert (result.status, store.complete_calls) == ("ok", 6)
+    assert sleeps == [0.1, 0.2, 0.4, 0.8, 1.6]
+
+    sleeps.clear()
+    store = FlakyStore(complete_failures=10_000)
     with pytest.raises(IdempotencyStoreUnavailable):
         await run(store, Runs().body("v"), sleep=fake_sleep)
-    assert (store.complete_calls, sleeps) == (3, [0.1, 0.2])
+    assert max(sleeps) == 2.0 and 28.0 <= sum(sleeps) <= 30.0
+    assert store.complete_calls == len(sleeps) + 1
 
 
 async def test_both_stores_implement_the_protocol(tmp_path: Path) -> None:

@@ -117,6 +117,16 @@ class InMemoryAuditLog:
         self.rows.append(record)
 
 
+def _raw_input(arguments: Any) -> Any:
+    # Step 0: None means {}; anything else is passed on as given (3a rejects a non-mapping).
+    return {} if arguments is None else arguments
+
+
+def _mapping_of(given: Any) -> dict[str, Any]:
+    # What the gate and the audit row see: a non-mapping (rejected at 3a) shows as {}.
+    return dict(given) if isinstance(given, Mapping) else {}
+
+
 def _principal_id(access: AccessController) -> str | None:
     principal = access.principal
     return None if principal is None else principal.id
@@ -151,8 +161,10 @@ class ToolDispatcher:
         if registry is None:
             raise TypeError("ToolDispatcher needs a ToolRegistry")
         self.registry = registry
-        self.idempotency_store: IdempotencyStore = store or InMemoryIdempotencyStore()
-        self.audit: AuditLog = audit or InMemoryAuditLog()
+        self.idempotency_store: IdempotencyStore = (
+            store if store is not None else InMemoryIdempotencyStore()
+        )
+        self.audit: AuditLog = audit if audit is not None else InMemoryAuditLog()
         self.access = AccessController(access)
         self._clock = clock or (lambda: datetime.now(UTC))
         self._scratch = scratch or ScratchDirs()
@@ -181,7 +193,7 @@ class ToolDispatcher:
         found = self.registry.lookup(name)
         if found is None:
             raise UnknownToolError(name)
-        return await self.access.check(name, found.kind, arguments or {})
+        return await self.access.check(name, found.kind, _mapping_of(_raw_input(arguments)))
 
     async def dispatch(
         self,
@@ -205,22 +217,26 @@ class ToolDispatcher:
 
         Raises:
             UnknownToolError: the name is not registered.
+            IdempotencyKeyError: an explicit key function failed (the body did not run).
             BaseException: whatever the body raised (the same instance), after the claim was
                 completed or released and the audit row written.
         """
-        raw = dict(arguments or {})
         started = self._clock()
         found = self.registry.lookup(name)
         if found is None:
             raise UnknownToolError(name)
+        # Anything but a mapping is rejected at 3a (after the gate), never coerced to one.
+        given = _raw_input(arguments)
+        raw = _mapping_of(given)
         principal_id = _principal_id(self.access)
         record = _Record(self, found, call_id, attempt, principal_id, raw, started)
 
+        # The gate sees exactly what preflight (authorize_tool) gives it.
         decision = await self.access.check(name, found.kind, raw)
         if not decision.allowed:
             return await record.soft("access_denied", decision.error_text)
         try:
-            snapshot = found.validate(raw)
+            snapshot = found.validate(raw if isinstance(given, Mapping) else given)
         except ArgumentsRejected as rejected:
             record.ignored = list(getattr(rejected, "ignored_arguments", ()))
             return await record.soft("guardrail_violation", str(rejected))
@@ -234,7 +250,10 @@ class ToolDispatcher:
             try:
                 key = derive_key(name, snapshot, policy=policy, principal_id=principal_id)
             except IdempotencyKeyError as exc:
-                return await record.soft("tool_error", str(exc))
+                # Spec §5.2/§7: raised, not soft (the turn's core makes it a soft tool
+                # error); the body does not run, the store is untouched, one audit row.
+                await record.write("tool_error", text=f"{type(exc).__name__}: {exc}")
+                raise
         context = ctx or ToolContext(
             session_id=call_id,
             turn_id="",

@@ -95,6 +95,9 @@ _POLL_FIRST_S = 0.1
 _POLL_MAX_S = 2.0
 _COMPLETE_TRIES = 3
 _COMPLETE_BACKOFF_S = 0.1
+_COMPLETE_MAX_DELAY_S = 2.0
+_COMPLETE_PATIENCE_S = 30.0
+"""How long an owner keeps trying to record its outcome (heartbeating meanwhile)."""
 
 # -- errors ----------------------------------------------------------------------------------
 
@@ -262,11 +265,12 @@ def canonical_snapshot_text(model: BaseModel) -> str:
 
 
 def derive_key(
-    tool_name: str,
+    tool_name: Any,
     snapshot_or_model: Any,
+    principal: Any = None,
     *,
-    policy: Idempotency,
-    principal_id: str | None,
+    policy: Idempotency | None = None,
+    principal_id: str | None = None,
 ) -> str:
     """Return the idempotency key of a call (spec §5.2): 64 lowercase hex digits.
 
@@ -278,15 +282,32 @@ def derive_key(
     Args:
         tool_name: the registered tool name.
         snapshot_or_model: the materialized pydantic model, or a snapshot with ``.model``.
+        principal: with a ``Tool``, the ``Principal`` (or its id) whose scope the key is in.
         policy: the tool's policy; its strategy must not be ``"none"``.
         principal_id: the configured principal's id, or ``None`` when there is none.
+
+    The spec's form (§5.2) also works: ``derive_key(tool, arguments, principal=None)`` with
+    a registered ``Tool`` and raw arguments runs the guardrails' steps 3a-3d (no side
+    effects) and uses the tool's own policy, giving exactly the key dispatch would use.
 
     Raises:
         IdempotencyKeyError: the explicit key function raised or returned anything but a
             non-empty ``str``.
-        ValueError: the policy's strategy is ``"none"``, or the snapshot holds inf/NaN.
+        ValueError: the policy's strategy is ``"none"`` (or the tool is not idempotent), or
+            the snapshot holds inf/NaN.
         TypeError: ``snapshot_or_model`` is neither a model nor a snapshot.
     """
+    if not isinstance(tool_name, str):
+        # The spec's form: a Tool, its raw arguments, and the principal.
+        tool = tool_name
+        resolved = resolve_idempotency(tool.idempotent)
+        if resolved is None or resolved.strategy == "none":
+            raise ValueError(f"tool {tool.name!r} is not idempotent: it has no key")
+        snapshot = tool.validate(dict(snapshot_or_model or {}))
+        principal_of = getattr(principal, "id", principal)
+        return derive_key(tool.name, snapshot, policy=resolved, principal_id=principal_of)
+    if policy is None:
+        raise TypeError("derive_key(tool_name, snapshot, ...) needs policy=")
     model = _model_of(snapshot_or_model)
     canonical = getattr(snapshot_or_model, "canonical", None)
     if policy.strategy == "hash_input":
@@ -1082,7 +1103,16 @@ async def _complete(
     ttl_seconds: int,
     sleep: Callable[[float], Awaitable[None]],
     on_complete: OutcomeHook | None,
+    lease_seconds: float = 0.0,
+    heartbeat: Callable[[], None] | None = None,
 ) -> bool:
+    """Record the outcome (with the caller's audit row, in one transaction).
+
+    Tried at least ``_COMPLETE_TRIES`` times (the spec's minimum), then on for up to
+    ``_COMPLETE_PATIENCE_S`` (or most of the lease, if longer), heartbeating meanwhile:
+    giving up would make the activity's retry wait out the lease and run the body a second
+    time, so a short database outage would turn an idempotent side effect into two.
+    """
     also: CompleteHook | None = None
     if on_complete is not None:
         hook = on_complete
@@ -1092,7 +1122,11 @@ async def _complete(
 
         also = join
 
-    for attempt in range(_COMPLETE_TRIES):
+    patience = max(lease_seconds * 0.8, _COMPLETE_PATIENCE_S)
+    started = time.monotonic()
+    slept = 0.0
+    attempt = 0
+    while True:
         try:
             if also is None:
                 # Stores that follow the spec's contract verbatim need not know `also`.
@@ -1103,11 +1137,17 @@ async def _complete(
                 key, owner=owner, outcome=outcome, ttl_seconds=ttl_seconds, also=also
             )
         except IdempotencyStoreUnavailable:
-            if attempt == _COMPLETE_TRIES - 1:
+            delay = min(_COMPLETE_BACKOFF_S * 2**attempt, _COMPLETE_MAX_DELAY_S)
+            attempt += 1
+            # Elapsed is the larger of wall time and time slept, so a fake sleep ends it too.
+            elapsed = max(time.monotonic() - started, slept)
+            if attempt >= _COMPLETE_TRIES and elapsed + delay > patience:
                 raise
             log.warning("completing idempotency key %s failed; retrying", key, exc_info=True)
-            await sleep(_COMPLETE_BACKOFF_S * 2**attempt)
-    raise AssertionError("unreachable")  # pragma: no cover
+            if heartbeat is not None:
+                heartbeat()
+            await sleep(delay)
+            slept += delay
 
 
 async def _run_owned(

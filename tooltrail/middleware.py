@@ -327,12 +327,18 @@ def _activity_attempt() -> int:
         return 1
 
 
+BODY_STARTED = "body-started"
+"""Heartbeat detail while a tool body may be running; a retried attempt reads it back to
+tell a lost worker's interrupted body (``retry_on_interrupt=False``) from a clean retry."""
+
+
 def _activity_heartbeat() -> Callable[[], None] | None:
     try:
         activity.info()
     except RuntimeError:
         return None
-    return lambda: activity.heartbeat()
+    # Heartbeats replace the previous details: keep saying that the body has started.
+    return lambda: activity.heartbeat(BODY_STARTED)
 
 
 # -- TimeoutMiddleware ---------------------------------------------------------------------

@@ -480,7 +480,7 @@ class Tool:
         self.fn = fn
         self._func = fn
         self.name = fn.__name__ if name is None else name
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ToolDefinitionError(
                 f"tool name {self.name!r} of {fn.__qualname__!r} is invalid: "
                 "use 1-64 characters from A-Z, a-z, 0-9, '_' and '-'"
@@ -838,7 +838,7 @@ class DynamicTool(Tool):
             ToolDefinitionError: the name is invalid, or ``parameters`` is not a JSON object.
             TypeError: ``handler`` is not callable or ``description`` is not a string.
         """
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ToolDefinitionError(
                 f"dynamic tool name {name!r} is invalid: "
                 "use 1-64 characters from A-Z, a-z, 0-9, '_' and '-'"

@@ -1,0 +1,1 @@
+"""Fault injection: a database outage, a Temporal server restart and killed workers."""

@@ -1,0 +1,77 @@
+"""Reading what a test needs from a workflow history and an audit trail."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Sequence
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHistory
+
+from tooltrail.wire import AuditEvent
+
+__all__ = ["activity_attempts", "assert_exactly_once", "expected_kinds", "require"]
+
+
+def activity_attempts(history: WorkflowHistory, activity_type: str) -> list[int]:
+    """The attempt that completed each activity of ``activity_type``.
+
+    Temporal writes the started event of an activity's last attempt only, so an attempt
+    above 1 means earlier attempts were lost or failed.
+    """
+    scheduled = {
+        e.event_id
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == activity_type
+    }
+    return [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.scheduled_event_id in scheduled
+    ]
+
+
+def expected_kinds(
+    call_ids: Sequence[str], errors: Collection[str] = ()
+) -> list[tuple[str, str | None]]:
+    """The event stream of a sequential turn: (kind, call id) by seq.
+
+    Calls in ``errors`` ended in a soft error, which the no-op reflector answers with a
+    ``recovery_decision`` (no retry).
+    """
+    per_call = []
+    for c in call_ids:
+        per_call += [("tool_pre", c), ("tool_post", c)]
+        if c in errors:
+            per_call.append(("recovery_decision", c))
+    return [
+        ("turn_started", None),
+        *[("tool_call_received", c) for c in call_ids],
+        *per_call,
+        ("turn_end", None),
+    ]
+
+
+def assert_exactly_once(
+    events: Sequence[AuditEvent], call_ids: Sequence[str], errors: Collection[str] = ()
+) -> None:
+    """Every event of a sequential turn is there once: seq 0..N-1, kinds in order."""
+    seqs = [e.seq for e in events]
+    assert seqs == list(range(len(events))), f"seq not contiguous from 0: {seqs}"
+    counts = Counter((e.kind, e.tool_call_id, e.attempt) for e in events)
+    duplicated = {key: n for key, n in counts.items() if n > 1}
+    assert not duplicated, f"events recorded more than once: {duplicated}"
+    assert [(e.kind, e.tool_call_id) for e in events] == expected_kinds(call_ids, errors)
+
+
+def require(condition: object, message: str) -> None:
+    """Fail the test (``pytest.fail``, not ``AssertionError``) unless ``condition`` holds.
+
+    For the preconditions and invariants of a test marked ``xfail(raises=AssertionError)``:
+    their failure must not pass for the known bug the mark describes.
+    """
+    if not condition:
+        pytest.fail(message)
