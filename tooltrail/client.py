@@ -50,6 +50,7 @@ from tooltrail.replays import RerunReport, compare, load_turn
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
+from tooltrail.text import nesting_exceeds
 from tooltrail.tools import Tool, ToolRegistry
 from tooltrail.wire import (
     AgentCarry,
@@ -196,29 +197,13 @@ class StuckTurn(BaseModel):
     started_at: datetime
 
 
-_MAX_DEPTH = 64
-
-
-def _too_deep(value: Any) -> bool:
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > _MAX_DEPTH:
-            return True
-        if isinstance(item, dict):
-            stack.extend((child, depth + 1) for child in item.values())
-        elif isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
-    return False
-
-
 def _encodable(call: ToolCall) -> ToolCall:
     """Hand arguments nested too deeply for Temporal's payload codecs over as raw text.
 
     The workflow then answers the call with a soft ``invalid arguments`` error; as a nested
     mapping they could not be decoded by the worker at all, and the turn would never start.
     """
-    if isinstance(call.arguments, str) or not _too_deep(call.arguments):
+    if isinstance(call.arguments, str) or not nesting_exceeds(call.arguments):
         return call
     try:
         raw = json.dumps(call.arguments)

@@ -15,10 +15,12 @@ from typing import Any
 from tooltrail.results import ImagePart, Part, TextPart
 
 __all__ = [
+    "MAX_ARGUMENT_DEPTH",
     "MEMORY_FIELD_LIMIT",
     "canonical_json",
     "duplicate_call_id",
     "invalid_arguments",
+    "nesting_exceeds",
     "not_available",
     "not_found",
     "panicked",
@@ -99,3 +101,25 @@ def duplicate_call_id(call_id: str) -> str:
 def invalid_arguments(reason: str) -> str:
     """Text for raw JSON arguments that are not a JSON object."""
     return f"invalid arguments: {reason}"
+
+
+MAX_ARGUMENT_DEPTH = 64
+"""Nesting deeper than this is refused: payload encoders and decoders have depth limits, and
+a payload that cannot be encoded would stall a turn."""
+
+
+def nesting_exceeds(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
+    """Whether dicts and lists in ``value`` nest deeper than ``limit``.
+
+    Iterative on purpose: the value may be nested deeper than Python's recursion limit.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return False

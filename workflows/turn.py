@@ -40,9 +40,11 @@ from tooltrail.recovery import (
 )
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.text import (
+    MAX_ARGUMENT_DEPTH,
     canonical_json,
     duplicate_call_id,
     invalid_arguments,
+    nesting_exceeds,
     not_available,
     render_text,
     stable_hash,
@@ -107,28 +109,9 @@ def _parse_arguments(arguments: dict[str, Any] | str) -> dict[str, Any] | str:
     return parsed
 
 
-MAX_ARGUMENT_DEPTH = 64
-"""Nesting deeper than this is refused: payload encoders and decoders have depth limits, and
-a payload that cannot be encoded would stall the turn."""
-
-
-def _depth_exceeds(value: Any, limit: int) -> bool:
-    # Iterative on purpose: the value may be nested deeper than Python's recursion limit.
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return True
-        if isinstance(item, dict):
-            stack.extend((child, depth + 1) for child in item.values())
-        elif isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
-    return False
-
-
 def _argument_problem(arguments: dict[str, Any], max_bytes: int) -> str | None:
     """Why the arguments cannot be dispatched, or ``None``."""
-    if _depth_exceeds(arguments, MAX_ARGUMENT_DEPTH):
+    if nesting_exceeds(arguments):
         return invalid_arguments(f"nested deeper than {MAX_ARGUMENT_DEPTH} levels")
     try:
         size = _json_size(arguments)
@@ -162,7 +145,7 @@ def _json_size(value: Any) -> int:
 
 
 def _safe_size(value: Any) -> int | None:
-    if not isinstance(value, str) and _depth_exceeds(value, MAX_ARGUMENT_DEPTH):
+    if not isinstance(value, str) and nesting_exceeds(value):
         return None
     try:
         return _json_size(value)
