@@ -6,6 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
+from temporalio.client import WorkflowQueryFailedError
+from temporalio.service import RPCError
 
 from tests.conftest import StackFactory
 from tooltrail import (
@@ -134,7 +136,11 @@ INTERACTIVE = RunConfig(interactive=True, approval_timeout_s=60)
 
 async def wait_parked(handle: Any) -> list[Any]:
     for _ in range(400):
-        pending = await handle.pending_approvals()
+        try:
+            pending = await handle.pending_approvals()
+        except (RPCError, WorkflowQueryFailedError):
+            # Before the first workflow task the query may fail on a loaded machine.
+            pending = []
         if pending:
             return pending
         await asyncio.sleep(0.05)
