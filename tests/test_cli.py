@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -16,34 +14,14 @@ from temporalio.testing import WorkflowEnvironment
 
 import tooltrail
 from tests import crash_tools
+from tests.cli_runner import ROOT, TOOLTRAIL, env_for, run_cli
 from tooltrail import ConfigurationError, Host, ToolCall
 from tooltrail.cli import load_host
 from tooltrail.db.migrate import head_revision
 
-ROOT = Path(__file__).resolve().parent.parent
-TOOLTRAIL = [sys.executable, "-m", "tooltrail.cli"]
-
-
-def env_for(tmp_path: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "XDG_DATA_HOME": str(tmp_path / "xdg"),
-        "COLUMNS": "200",
-        "TOOLTRAIL_CRASH_DIR": str(tmp_path),
-    }
-
 
 def run(args: list[str], tmp_path: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*TOOLTRAIL, *args],
-        cwd=ROOT,
-        env=env_for(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_cli(args, tmp_path, timeout=timeout)
 
 
 @pytest.mark.parametrize(
@@ -223,20 +201,13 @@ def test_run_a_one_shot_agent_against_an_openai_compatible_server(tmp_path: Path
             body=openai_completion(tool_calls=[("c1", "calculate", '{"expression": "2+2"}')])
         )
         server.reply(body=openai_completion("2 + 2 = 4"))
-        env = {
-            **env_for(tmp_path),
-            "TOOLTRAIL_OPENAI_BASE_URL": server.url,
-            "TOOLTRAIL_OPENAI_API_KEY": "sk-test-secret",
-            "TOOLTRAIL_MODEL": "test-model",
-        }
-        done = subprocess.run(
-            [*TOOLTRAIL, "run", "What is 2 + 2?", "--json"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
+        done = run_cli(
+            ["run", "What is 2 + 2?", "--json"],
+            tmp_path,
             timeout=180,
-            check=False,
+            TOOLTRAIL_OPENAI_BASE_URL=server.url,
+            TOOLTRAIL_OPENAI_API_KEY="sk-test-secret",
+            TOOLTRAIL_MODEL="test-model",
         )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])

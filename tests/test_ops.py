@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -13,6 +10,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.testing import WorkflowEnvironment
 
+from tests.cli_runner import run_cli
 from tests.conftest import StackFactory
 from tests.history_scenarios import HISTORIES
 from tooltrail import Block, Host, PreToolUseContext, ToolCall, tool
@@ -20,7 +18,6 @@ from tooltrail.histories import load_histories, replay_histories
 from tooltrail.wire import TurnInput, TurnOutput
 from workflows import AgentRunWorkflow, CloseSessionWorkflow, TurnWorkflow
 
-ROOT = Path(__file__).resolve().parent.parent
 behaviour = {"suffix": "v1", "explode": False}
 
 
@@ -30,23 +27,6 @@ def lookup(key: str) -> str:
     if behaviour["explode"]:
         raise AssertionError("a shadow replay must never run a tool body")
     return f"{key}={behaviour['suffix']}"
-
-
-def cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tooltrail.cli", *args],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "XDG_DATA_HOME": str(tmp_path),
-            "COLUMNS": "200",
-        },
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 async def test_export_then_replay_a_live_turn(
@@ -59,7 +39,7 @@ async def test_export_then_replay_a_live_turn(
             await tt.run_turn([ToolCall("c", "lookup", {"key": key})], session_id="ops")
         turn = await tt.run_turn([ToolCall("c", "lookup", {"key": "k"})], session_id="ops")
     target = tmp_path / "turn.json"
-    exported = cli(
+    exported = run_cli(
         ["history", "export", turn.turn_id, "-o", str(target), "--temporal-address", address],
         tmp_path,
     )
@@ -68,10 +48,10 @@ async def test_export_then_replay_a_live_turn(
         "EVENT_TYPE_WORKFLOW_EXECUTION_STARTED",
         "WorkflowExecutionStarted",
     }
-    replayed = cli(["replay", str(target), "--json"], tmp_path)
+    replayed = run_cli(["replay", str(target), "--json"], tmp_path)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert [o["ok"] for o in json.loads(replayed.stdout)] == [True]
-    bulk = cli(
+    bulk = run_cli(
         [
             "history",
             "export",
@@ -89,7 +69,7 @@ async def test_export_then_replay_a_live_turn(
 
 
 def test_the_corpus_replays_from_the_command_line(tmp_path: Path) -> None:
-    done = cli(["replay", str(HISTORIES)], tmp_path)
+    done = run_cli(["replay", str(HISTORIES)], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 nondeterministic" in done.stdout
 
@@ -101,7 +81,7 @@ def test_a_tampered_history_fails_the_replay(tmp_path: Path) -> None:
         .replace("tooltrail.tool.execute", "tooltrail.tool.renamed", 1)
     )
     (tmp_path / "tampered.json").write_text(text)
-    done = cli(["replay", str(tmp_path / "tampered.json")], tmp_path)
+    done = run_cli(["replay", str(tmp_path / "tampered.json")], tmp_path)
     assert done.returncode == 1
     assert "FAILED" in done.stdout and "1 nondeterministic" in done.stdout
 

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 from temporalio.testing import WorkflowEnvironment
 
+from tests.cli_runner import run_cli
 from tests.conftest import StackFactory
 from tooltrail import Host, tool
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @tool
@@ -44,28 +40,7 @@ async def test_a_poisoned_turn_is_listed_as_stuck(
         assert stuck and stuck[0].attempts >= 2
         address = temporal_env.client.service_client.config.target_host
         done = await asyncio.to_thread(
-            subprocess.run,
-            [
-                sys.executable,
-                "-m",
-                "tooltrail.cli",
-                "audit",
-                "list",
-                "--stuck",
-                "--temporal-address",
-                address,
-            ],
-            cwd=ROOT,
-            env={
-                **os.environ,
-                "PYTHONPATH": str(ROOT),
-                "XDG_DATA_HOME": str(tmp_path),
-                "COLUMNS": "200",
-            },
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+            run_cli, ["audit", "list", "--stuck", "--temporal-address", address], tmp_path
         )
         await tt.client.get_workflow_handle(turn_id).terminate("test over")
     assert done.returncode == 0, done.stderr

@@ -1,0 +1,38 @@
+"""Run the ``tooltrail`` command as a real subprocess, the way an operator would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLTRAIL = [sys.executable, "-m", "tooltrail.cli"]
+
+
+def env_for(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The subprocess environment: the repository importable, data kept under ``tmp_path``."""
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "XDG_DATA_HOME": str(tmp_path / "xdg"),
+        "COLUMNS": "200",
+        "TOOLTRAIL_CRASH_DIR": str(tmp_path),
+        **extra,
+    }
+
+
+def run_cli(
+    args: list[str], tmp_path: Path, *, timeout: float = 120, **extra_env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``tooltrail ARGS`` and return what it printed and its exit status."""
+    return subprocess.run(
+        [*TOOLTRAIL, *args],
+        cwd=ROOT,
+        env=env_for(tmp_path, **extra_env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
