@@ -16,7 +16,9 @@ from tests.history_scenarios import HISTORIES
 from tooltrail import Block, Host, PreToolUseContext, ToolCall, tool
 from tooltrail.histories import load_histories, replay_histories
 from tooltrail.wire import TurnInput, TurnOutput
-from workflows import AgentRunWorkflow, CloseSessionWorkflow, TurnWorkflow
+from workflows.agent import AgentRunWorkflow
+from workflows.session import CloseSessionWorkflow
+from workflows.turn import TurnWorkflow
 
 behaviour = {"suffix": "v1", "explode": False}
 

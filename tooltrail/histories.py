@@ -18,7 +18,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from tooltrail.worker import sandbox_runner
-from workflows import AgentRunWorkflow, CloseSessionWorkflow, TurnWorkflow
+from workflows.agent import AgentRunWorkflow
+from workflows.session import CloseSessionWorkflow
+from workflows.turn import TurnWorkflow
 
 __all__ = [
     "ReplayOutcome",

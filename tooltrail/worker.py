@@ -29,7 +29,9 @@ from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
 from tooltrail.telemetry import tracing_interceptors
 from tooltrail.tools import Tool, ToolRegistry
-from workflows import AgentRunWorkflow, CloseSessionWorkflow, TurnWorkflow
+from workflows.agent import AgentRunWorkflow
+from workflows.session import CloseSessionWorkflow
+from workflows.turn import TurnWorkflow
 
 __all__ = ["build_worker", "connect_client", "sandbox_runner", "worker"]
 

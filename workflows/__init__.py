@@ -1,7 +1,6 @@
-"""Workflows: deterministic code only; checked by replay tests over ``tests/histories/``."""
+"""Workflows: deterministic code only; checked by replay tests over ``tests/histories/``.
 
-from workflows.agent import AgentRunWorkflow
-from workflows.session import CloseSessionWorkflow
-from workflows.turn import TurnWorkflow
-
-__all__ = ["AgentRunWorkflow", "CloseSessionWorkflow", "TurnWorkflow"]
+The package imports none of its modules: Temporal's sandbox re-imports a workflow's module
+(and its package) for every run, so each run pays only for the workflow it runs. Import
+``workflows.turn``, ``workflows.agent`` and ``workflows.session`` directly.
+"""
