@@ -19,9 +19,13 @@ class AuditActivities:
         self.recorder = recorder
 
     @activity.defn(name=AUDIT_RECORD)
-    async def record(self, inp: RecordTurn) -> None:
-        """Write the records; a database error propagates so Temporal retries the write."""
-        await self.recorder.write(inp.flush, must_persist=True)
+    async def record(self, inp: RecordTurn) -> bool:
+        """Write the records; return whether they were written.
+
+        With ``must_persist`` (the end of a turn) a database error propagates, so Temporal
+        retries the write; otherwise it is logged and the workflow sends the records again.
+        """
+        return await self.recorder.write(inp.flush, must_persist=inp.must_persist)
 
 
 class SessionActivities:

@@ -6,8 +6,9 @@ infrastructure failure (an unreachable database, a lost worker), which Temporal 
 the same attempt.
 
 The audit records the workflow produced since its last write ride along in the input and are
-written first, so a call costs one round trip. If the database is down the tool still runs;
-the outcome says ``flushed=False`` and the workflow sends the records again later.
+written while the attempt runs, so a call costs one round trip and the write adds no latency
+of its own. If the database is down the tool still runs; the outcome says ``flushed=False``
+and the workflow sends the records again later.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from tooltrail.scratch import ScratchDirs
 from tooltrail.telemetry import record_breaker_state, record_call, record_retry
 from tooltrail.text import MEMORY_FIELD_LIMIT, not_found, render_text, stable_hash
 from tooltrail.tools import ArgumentsRejected, ToolContext, ToolRegistry
-from tooltrail.wire import TOOL_EXECUTE, AttemptOutcome, ExecuteAttempt, Flush
+from tooltrail.wire import TOOL_EXECUTE, AttemptOutcome, ExecuteAttempt, Flush, pack_dispatch
 
 __all__ = ["BODY_STARTED", "Recorder", "ToolActivities", "heartbeating", "interrupted_text"]
 
@@ -61,13 +62,21 @@ def interrupted_text(name: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def heartbeating(*details: object) -> AsyncIterator[None]:
+async def heartbeating(*details: object, at_once: bool = True) -> AsyncIterator[None]:
     """Heartbeat in the background while the block runs.
 
-    Heartbeats are how Temporal notices a lost worker and delivers cancellation; the first
-    one (with ``details``) goes out at once.
+    Heartbeats are how Temporal notices a lost worker and delivers cancellation. With
+    ``at_once`` the first one (with ``details``) goes out before the block starts, so a
+    retried attempt can tell that the block had begun; without it the first beat waits a
+    third of the heartbeat timeout (a heartbeat is a call into the SDK's core: a no-op
+    tool's attempt would spend more time on it than on the tool). A local activity has no
+    heartbeats (its worker is the workflow's, and its timeout bounds it): the block just runs.
     """
-    activity.heartbeat(*details)
+    if activity.info().is_local:
+        yield
+        return
+    if at_once:
+        activity.heartbeat(*details)
     timeout = activity.info().heartbeat_timeout
     interval = max(0.1, timeout.total_seconds() / 3) if timeout else 10.0
 
@@ -136,15 +145,15 @@ class Recorder:
             written = False
             log.warning(
                 "audit write failed for turn %r; the workflow will send the records again",
-                flush.turn.turn_id,
+                flush.turn_id,
                 exc_info=True,
             )
         if self.observers and flush.events:
             # At least once: records sent again after a failed write are delivered again.
             await deliver(
                 self.observers,
-                turn_id=flush.turn.turn_id,
-                session_id=flush.turn.session_id,
+                turn_id=flush.turn_id,
+                session_id=flush.session_id,
                 events=flush.events,
             )
         return written
@@ -204,7 +213,22 @@ class ToolActivities:
         return outcome
 
     async def _execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
-        flushed = await self.recorder.write(inp.flush)
+        # The pending records are written while the attempt runs, not before it: the write
+        # is off the call's critical path. Observers still get them in seq order (one flush
+        # is in flight per turn), and the outcome reports only once the write has ended.
+        writing = asyncio.create_task(self.recorder.write(inp.flush))
+        try:
+            outcome = await self._run(inp)
+        except BaseException:
+            # An infrastructure failure (or a cancellation): Temporal runs the attempt again
+            # or the workflow sends the records again; let the write end cleanly first.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(writing)
+            raise
+        outcome.flushed = await writing
+        return outcome
+
+    async def _run(self, inp: ExecuteAttempt) -> AttemptOutcome:
         if self.hooks and not inp.skip_pre_hooks:
             decision = await run_pre_hooks(
                 self.hooks,
@@ -224,7 +248,6 @@ class ToolActivities:
                     is_error=True,
                     duration_ms=0.0,
                     resolved_tool_name=inp.tool_name,
-                    flushed=flushed,
                     reflector=self.reflector,
                     hook=decision,
                 )
@@ -235,25 +258,23 @@ class ToolActivities:
                 is_error=False,
                 duration_ms=0.0,
                 resolved_tool_name=inp.tool_name,
-                flushed=flushed,
                 reflector=self.reflector,
             )
         if inp.shadow:
             # A shadow replay changes nothing shared: no breaker gate or health record, no
             # tool body, no post hooks (user code with side effects); the result comes from
             # the original turn's audit trail, screened by today's access gate and guardrails.
-            return await self._shadow_attempt(inp, flushed)
+            return await self._shadow_attempt(inp)
         if self.health is not None and not await self._gate(*self.health, inp.tool_name):
             return AttemptOutcome(
                 output=BREAKER_OPEN_TEXT,
                 is_error=True,
                 duration_ms=0.0,
                 resolved_tool_name=inp.tool_name,
-                flushed=flushed,
                 reflector=self.reflector,
                 breaker_refused=True,
             )
-        outcome = await self._attempt(inp, flushed)
+        outcome = await self._attempt(inp)
         if self.health is not None:
             await self._record_health(*self.health, outcome)
         if self.hooks:
@@ -273,14 +294,13 @@ class ToolActivities:
             )
         return outcome
 
-    async def _shadow_attempt(self, inp: ExecuteAttempt, flushed: bool) -> AttemptOutcome:
+    async def _shadow_attempt(self, inp: ExecuteAttempt) -> AttemptOutcome:
         def soft(text: str) -> AttemptOutcome:
             return AttemptOutcome(
                 output=text,
                 is_error=True,
                 duration_ms=0.0,
                 resolved_tool_name=inp.tool_name,
-                flushed=flushed,
                 reflector=self.reflector,
             )
 
@@ -307,7 +327,6 @@ class ToolActivities:
             duration_ms=recorded.duration_ms,
             resolved_tool_name=recorded.resolved_tool_name,
             display_hint=recorded.display_hint,
-            flushed=flushed,
             reflector=self.reflector,
         )
 
@@ -330,10 +349,17 @@ class ToolActivities:
             "output_preview": text[: MEMORY_FIELD_LIMIT + 1],
         }
 
-    async def _dispatch_record(self, record: Any, limit: int) -> dict[str, Any] | None:
-        """The dispatch record for the audit trail; a large raw value goes to the database."""
+    async def _dispatch_record(
+        self, record: Any, inp: ExecuteAttempt, output: Any
+    ) -> dict[str, Any] | None:
+        """The dispatch record for the audit trail; a large raw value goes to the database.
+
+        What the workflow already knows (the arguments it sent, the output, the defaults) is
+        left out (``pack_dispatch``; it puts it back), so the history holds it once.
+        """
         if record is None:
             return None
+        limit = inp.large_output_bytes
         data: dict[str, Any] = record.model_dump(mode="json")
         encoded = json.dumps(data.get("value"), ensure_ascii=False)
         if limit > 0 and len(encoded.encode("utf-8")) > limit:
@@ -341,7 +367,14 @@ class ToolActivities:
             await self.recorder.store.put_blob(key, data["value"], len(encoded))
             data["value"] = None
             data["value_ref"] = key
-        return data
+        return pack_dispatch(
+            data,
+            call_id=inp.tool_call_id,
+            attempt=inp.attempt,
+            tool_name=inp.tool_name,
+            arguments=inp.arguments,
+            output=output,
+        )
 
     @staticmethod
     async def _gate(health: HealthStore, breaker: CircuitBreaker, tool_name: str) -> bool:
@@ -374,7 +407,7 @@ class ToolActivities:
                 "health record for %r failed; dropped", outcome.resolved_tool_name, exc_info=True
             )
 
-    async def _attempt(self, inp: ExecuteAttempt, flushed: bool) -> AttemptOutcome:
+    async def _attempt(self, inp: ExecuteAttempt) -> AttemptOutcome:
         """Run the middleware pipeline around the registry core, heartbeating throughout."""
         tool = self.registry.lookup(inp.tool_name)
         info = activity.info()
@@ -390,7 +423,6 @@ class ToolActivities:
                 is_error=True,
                 duration_ms=0.0,
                 resolved_tool_name=tool.name,
-                flushed=flushed,
                 reflector=self.reflector,
             )
         call = MiddlewareCall(
@@ -407,7 +439,9 @@ class ToolActivities:
             registry_names=tuple(self.registry.names()),
         )
         started_at = datetime.now(UTC)
-        async with heartbeating(BODY_STARTED):
+        # Only a tool that must not run twice needs the "body started" mark before the body.
+        at_once = tool is not None and not tool.retry_on_interrupt
+        async with heartbeating(BODY_STARTED, at_once=at_once):
             result = await run_pipeline(self.middleware, self.core, call)
         claimed = await self._claim_check(result.output, inp.large_output_bytes)
         return AttemptOutcome(
@@ -415,10 +449,10 @@ class ToolActivities:
             started_at=started_at,
             finished_at=datetime.now(UTC),
             is_error=result.is_error,
-            duration_ms=result.duration_ms,
+            # Microseconds are all a duration means; the other digits would be history bytes.
+            duration_ms=round(result.duration_ms, 3),
             resolved_tool_name=result.resolved_tool_name or inp.tool_name,
             display_hint=result.display_hint,
-            flushed=flushed,
             reflector=self.reflector,
-            dispatch=await self._dispatch_record(result.dispatch, inp.large_output_bytes),
+            dispatch=await self._dispatch_record(result.dispatch, inp, claimed["output"]),
         )

@@ -106,7 +106,13 @@ async def nap(ms: int, key: str | None = None) -> str:
     return f"slept {ms}"
 
 
-TOOLS = [echo, fails, panics, multipart, flaky_twice, slow, nap]
+@tool(local=True, concurrent_safe=True)
+def shout(text: str) -> str:
+    """Upper-case the text (a local activity)."""
+    return text.upper()
+
+
+TOOLS = [echo, fails, panics, multipart, flaky_twice, slow, nap, shout]
 Scenario = Callable[[Tooltrail], Awaitable[str]]
 
 
@@ -255,6 +261,44 @@ async def shadow_replay(tt: Tooltrail) -> str:
     return report.new_turn_id
 
 
+async def batched_audit(tt: Tooltrail) -> str:
+    # Audit batches before every call (audit_interval_s=0) and before each backoff timer, a
+    # local tool, and a parallel wave.
+    _state.clear()
+    turn = await tt.run_turn(
+        [
+            ToolCall("c1", "shout", {"text": "a"}),
+            ToolCall("c2", "echo", {"text": "b"}),
+            ToolCall("c3", "flaky_twice", {}),
+            ToolCall("c4", "shout", {"text": "d"}),
+            ToolCall("c5", "nap", {"ms": 10}),
+        ],
+        session_id="hist-batched",
+        config=RunConfig(
+            audit_interval_s=0, recovery=FixedDelay(3, 10), dispatch="parallel", max_concurrency=2
+        ),
+    )
+    return turn.turn_id
+
+
+async def agent_turn(tt: Tooltrail) -> str:
+    # One model turn of an agent run (a child TurnWorkflow with the model phase and tools).
+    result = await tt.run_agent("go", session_id="hist-agent-turn", turns_per_segment=2)
+    return result.turns[1]
+
+
+def agent_model() -> ScriptedModel:
+    """Three model turns with tools, then the answer."""
+    return ScriptedModel(
+        [
+            tool_call_response(("a1", "echo", {"text": "one"})),
+            tool_call_response(("a2", "echo", {"text": "two"}), ("a3", "ghost", "{}")),
+            tool_call_response(("a4", "echo", '{"text": ')),
+            text_response("all done"),
+        ]
+    )
+
+
 async def agent_run(tt: Tooltrail) -> str:
     result = await tt.run_agent("go", session_id="hist-agent", turns_per_segment=2)
     return result.run_id
@@ -287,18 +331,15 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "loop_stop": (loop_stop, Host(TOOLS)),
     "hooks_and_approval": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
     "shadow_replay": (shadow_replay, Host(TOOLS)),
+    "batched_audit": (batched_audit, Host(TOOLS, reflector=AlwaysRecoverable())),
+    "hooks_and_approval_batched": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
+    "agent_run_batched": (agent_run, Host(TOOLS, model=agent_model())),
+    "model_turn_batched": (agent_turn, Host(TOOLS, model=agent_model())),
     "agent_run": (
         agent_run,
         Host(
             TOOLS,
-            model=ScriptedModel(
-                [
-                    tool_call_response(("a1", "echo", {"text": "one"})),
-                    tool_call_response(("a2", "echo", {"text": "two"}), ("a3", "ghost", "{}")),
-                    tool_call_response(("a4", "echo", '{"text": ')),
-                    text_response("all done"),
-                ]
-            ),
+            model=agent_model(),
         ),
     ),
     "breaker_and_memo": (

@@ -199,7 +199,11 @@ async def test_cancel_mid_wave_discards_finished_results(stack: StackFactory) ->
         handle = await tt.start_turn(
             [ToolCall("fast", "nap", {"ms": 0}), ToolCall("slow", "nap", {"ms": 10_000})],
             session_id="p",
-            config=RunConfig(dispatch="parallel", max_concurrency=1, heartbeat_timeout_s=1),
+            # audit_interval_s=0: the trail is written before each call, so the fast call's
+            # result is visible while the slow one runs.
+            config=RunConfig(
+                dispatch="parallel", max_concurrency=1, heartbeat_timeout_s=1, audit_interval_s=0
+            ),
         )
         for _ in range(400):
             if any(e.kind == "tool_post" for e in await tt.audit(handle.turn_id)):

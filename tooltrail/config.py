@@ -51,3 +51,9 @@ class RunConfig(BaseModel):
     """A hook's ``Ask`` waits for a human's approval (a Temporal Update) instead of refusing."""
     approval_timeout_s: float = Field(default=3600.0, gt=0)
     """How long an interactive ``Ask`` waits before falling back to the headless refusal."""
+    audit_interval_s: float = Field(default=2.0, ge=0)
+    """How stale the audit trail of a running turn may get. The workflow keeps its records
+    and writes them in batches (a local activity, so they never enter the workflow history):
+    before a tool call once this many seconds passed since the last write, before every
+    backoff timer and approval wait, and at the end of the turn. 0 writes them before every
+    tool call, for observers that must hear of each call as it starts."""

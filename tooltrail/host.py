@@ -115,7 +115,9 @@ class Host:
         """Return what the workflow needs to know of each tool."""
         return {
             item.name: ToolMeta(
-                timeout_s=item.timeout_s, retry_on_interrupt=item.retry_on_interrupt
+                timeout_s=item.timeout_s,
+                retry_on_interrupt=item.retry_on_interrupt,
+                local=item.local,
             )
             for item in self.registry
         }

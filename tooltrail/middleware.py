@@ -334,9 +334,11 @@ tell a lost worker's interrupted body (``retry_on_interrupt=False``) from a clea
 
 def _activity_heartbeat() -> Callable[[], None] | None:
     try:
-        activity.info()
+        info = activity.info()
     except RuntimeError:
         return None
+    if info.is_local:
+        return None  # local activities have no heartbeats; their timeout bounds them
     # Heartbeats replace the previous details: keep saying that the body has started.
     return lambda: activity.heartbeat(BODY_STARTED)
 

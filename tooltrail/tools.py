@@ -469,13 +469,15 @@ class Tool:
         extra: Extra | None = None,
         timeout_s: float | None = None,
         retry_on_interrupt: bool = True,
+        local: bool = False,
     ) -> None:
         """Build a tool from a function; prefer the ``@tool`` decorator.
 
         Raises:
             ToolDefinitionError: the name is invalid, a parameter is ``*args``, ``**kwargs``,
-                positional-only or unannotated, ``guard`` is not an ``InputGuard``, or
-                ``extra`` is neither ``"ignore"`` nor ``"forbid"``.
+                positional-only or unannotated, ``guard`` is not an ``InputGuard``,
+                ``extra`` is neither ``"ignore"`` nor ``"forbid"``, or ``local=True`` is
+                combined with ``retry_on_interrupt=False``.
         """
         self.fn = fn
         self._func = fn
@@ -501,6 +503,15 @@ class Tool:
         self._instance: object | None = None
         self.timeout_s = timeout_s
         self.retry_on_interrupt = retry_on_interrupt
+        if local and not retry_on_interrupt:
+            # A local attempt leaves no heartbeat behind, so a lost worker's attempt cannot
+            # be told from a fresh one: it simply runs again.
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: local=True cannot be combined with "
+                "retry_on_interrupt=False (a local attempt lost with its worker always runs "
+                "again)"
+            )
+        self.local = local
         self.is_async = inspect.iscoroutinefunction(fn)
         self.context_param: str | None = None
         self._model_param: str | None = None
@@ -871,6 +882,7 @@ class DynamicTool(Tool):
         self._instance = None
         self.timeout_s = None
         self.retry_on_interrupt = True
+        self.local = False
         self.is_async = _is_async_callable(handler)
         self.context_param = None
         self._model_param = None
@@ -958,6 +970,7 @@ def tool(
     extra: Extra | None = None,
     timeout_s: float | None = None,
     retry_on_interrupt: bool = True,
+    local: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -974,6 +987,7 @@ def tool(
     extra: Extra | None = None,
     timeout_s: float | None = None,
     retry_on_interrupt: bool = True,
+    local: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool: ``@tool`` or ``@tool(name=..., ...)`` on a ``def`` or ``async def``.
 
@@ -993,6 +1007,13 @@ def tool(
             ``Snapshot.ignored_arguments``; the default) or ``"forbid"`` (a violation).
         timeout_s: the longest one attempt may run.
         retry_on_interrupt: whether an attempt interrupted by a lost worker runs again.
+        local: run each attempt as a Temporal *local activity*: in the worker that runs the
+            turn, without a server round trip of its own, and without the attempt's input
+            in the workflow history. For fast (milliseconds), side-effect-free or
+            idempotent tools. The trade-off: no heartbeats (only the timeout bounds a hung
+            body, and cancellation is best-effort), and an attempt whose worker is lost
+            before the turn's next workflow task completes runs again, so the body may run
+            more than once. The pipeline, the audit trail and recovery are the same.
     """
 
     def wrap(func: Callable[..., Any]) -> Tool:
@@ -1007,6 +1028,7 @@ def tool(
             extra=extra,
             timeout_s=timeout_s,
             retry_on_interrupt=retry_on_interrupt,
+            local=local,
         )
 
     return wrap if fn is None else wrap(fn)

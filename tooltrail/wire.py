@@ -10,7 +10,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from tooltrail.config import RunConfig
 from tooltrail.detection import LoopDetector
@@ -20,9 +26,11 @@ from tooltrail.memoize import MemoCache, MemoPlan
 from tooltrail.planner import CallVerdict
 from tooltrail.recovery import Analysis
 from tooltrail.results import Part, ToolCall, ToolDispatchResult
+from tooltrail.text import canonical_json
 
 __all__ = [
     "AUDIT_RECORD",
+    "DISPATCH_FIELDS",
     "MODEL_TURN",
     "RECOVERY_REFLECT",
     "SESSION_CLEANUP",
@@ -35,6 +43,7 @@ __all__ = [
     "AttemptOutcome",
     "AuditEvent",
     "CloseSessionInput",
+    "Compact",
     "EventKind",
     "ExecuteAttempt",
     "Flush",
@@ -56,6 +65,8 @@ __all__ = [
     "TurnOutput",
     "TurnRecord",
     "TurnStatus",
+    "pack_dispatch",
+    "unpack_dispatch",
 ]
 
 TOOL_EXECUTE = "tooltrail.tool.execute"
@@ -146,14 +157,46 @@ class SessionState(BaseModel):
     """The ``MemoizingMiddleware`` cache."""
 
 
-class Flush(BaseModel):
+class Compact(BaseModel):
+    """A model serialized without the fields that hold their default value.
+
+    For the envelopes that cross Temporal once per tool call: every byte of them is stored
+    in the workflow history, and decoding fills the defaults back in.
+    """
+
+    @model_serializer(mode="wrap")
+    def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            for name, field in type(self).model_fields.items():
+                if (
+                    name in data
+                    and not field.is_required()
+                    and getattr(self, name) == field.get_default(call_default_factory=True)
+                ):
+                    del data[name]
+        return data
+
+
+class Flush(Compact):
     """Audit records produced by the workflow since the last successful write."""
 
-    turn: TurnRecord
+    turn_id: str = ""
+    session_id: str = ""
+    turn: TurnRecord | None = None
+    """The turn's row when it changed since the last write; ``None`` when it did not."""
     events: list[AuditEvent] = Field(default_factory=list)
     memory: list[MemoryEntry] = Field(default_factory=list)
     session: SessionState | None = None
     """The session's state at the end of the turn (final record only)."""
+
+    @model_validator(mode="after")
+    def _ids_from_turn(self) -> Flush:
+        # Histories recorded before turn_id existed carry the ids in the turn row only.
+        if self.turn is not None:
+            self.turn_id = self.turn_id or self.turn.turn_id
+            self.session_id = self.session_id or self.turn.session_id
+        return self
 
 
 class HostFeatures(BaseModel):
@@ -170,6 +213,8 @@ class ToolMeta(BaseModel):
 
     timeout_s: float | None = None
     retry_on_interrupt: bool = True
+    local: bool = False
+    """Attempts run as local activities (``@tool(local=True)``)."""
 
 
 class RecordedAttempt(BaseModel):
@@ -234,7 +279,7 @@ class TurnOutput(BaseModel):
     """The session's state as this turn left it (what the next turn starts from)."""
 
 
-class ExecuteAttempt(BaseModel):
+class ExecuteAttempt(Compact):
     """Input of the ``tooltrail.tool.execute`` activity."""
 
     turn_id: str
@@ -257,7 +302,7 @@ class ExecuteAttempt(BaseModel):
     """The original turn's result of this attempt (shadow replays)."""
 
 
-class AttemptOutcome(BaseModel):
+class AttemptOutcome(Compact):
     """Output of ``tooltrail.tool.execute``: the attempt's result, never a raised tool error."""
 
     output: str | list[Part]
@@ -291,10 +336,13 @@ class AttemptOutcome(BaseModel):
     """Post-tool hooks that raised (logged and ignored)."""
 
 
-class RecordTurn(BaseModel):
+class RecordTurn(Compact):
     """Input of ``tooltrail.audit.record``."""
 
     flush: Flush
+    must_persist: bool = True
+    """Raise when the database cannot be written (Temporal retries); with False the
+    activity returns False instead and the workflow keeps the records for a later write."""
 
 
 class CloseSessionInput(BaseModel):
@@ -438,3 +486,98 @@ class AgentProgress(BaseModel):
     turns: list[str]
     usage: Usage
     status: Literal["model", "tools", "done"]
+
+
+# -- the dispatch record on the wire ------------------------------------------------------
+
+DISPATCH_FIELDS = (
+    "call_id",
+    "attempt",
+    "tool_name",
+    "tool_kind",
+    "principal_id",
+    "raw_arguments",
+    "ignored_arguments",
+    "effective_arguments",
+    "idempotency_key",
+    "status",
+    "text",
+    "value",
+    "source_call_id",
+    "lease_lost",
+    "started_at",
+    "finished_at",
+)
+"""The fields of ``tooltrail.dispatcher.DispatchRecord``, in order (a test keeps them equal)."""
+
+
+def _implied_dispatch(
+    *, call_id: str, attempt: int, tool_name: str, arguments: dict[str, Any], output: Any
+) -> dict[str, Any]:
+    # What the workflow knows of a dispatch record before the activity runs: the activity
+    # leaves these out of its outcome when they hold, so the history does not carry them
+    # twice. The record counts attempts from 1, the workflow from 0.
+    implied: dict[str, Any] = {
+        "call_id": call_id,
+        "attempt": attempt + 1,
+        "tool_name": tool_name,
+        "tool_kind": "static",
+        "principal_id": None,
+        "raw_arguments": arguments,
+        "ignored_arguments": [],
+        "effective_arguments": canonical_json(arguments),
+        "idempotency_key": None,
+        "text": None,
+        "source_call_id": None,
+        "lease_lost": False,
+    }
+    if isinstance(output, str):
+        implied["value"] = output
+    return implied
+
+
+def pack_dispatch(
+    record: dict[str, Any],
+    *,
+    call_id: str,
+    attempt: int,
+    tool_name: str,
+    arguments: dict[str, Any],
+    output: Any,
+) -> dict[str, Any]:
+    """Drop from a dispatch record (JSON form) what ``unpack_dispatch`` can put back.
+
+    Args:
+        record: ``DispatchRecord.model_dump(mode="json")``, possibly with extra keys.
+        call_id: the attempt's tool call id.
+        attempt: the workflow's attempt number (from 0).
+        tool_name: the tool the attempt ran.
+        arguments: the arguments the workflow sent.
+        output: the attempt's output as the outcome carries it.
+    """
+    implied = _implied_dispatch(
+        call_id=call_id, attempt=attempt, tool_name=tool_name, arguments=arguments, output=output
+    )
+    return {k: v for k, v in record.items() if k not in implied or v != implied[k]}
+
+
+def unpack_dispatch(
+    packed: dict[str, Any],
+    *,
+    call_id: str,
+    attempt: int,
+    tool_name: str,
+    arguments: dict[str, Any],
+    output: Any,
+) -> dict[str, Any]:
+    """The whole dispatch record again, in field order (a full record comes back as is)."""
+    implied = _implied_dispatch(
+        call_id=call_id, attempt=attempt, tool_name=tool_name, arguments=arguments, output=output
+    )
+    full = {
+        k: packed[k] if k in packed else implied[k]
+        for k in DISPATCH_FIELDS
+        if k in packed or k in implied
+    }
+    full.update((k, v) for k, v in packed.items() if k not in full)
+    return full

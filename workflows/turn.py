@@ -73,6 +73,7 @@ from tooltrail.wire import (
     TurnOutput,
     TurnRecord,
     TurnStatus,
+    unpack_dispatch,
 )
 
 __all__ = ["TurnWorkflow"]
@@ -85,6 +86,11 @@ _RECORD_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=40,
 )
+# Histories recorded before audit records were written in batches by local activities
+# carry them in every tool activity's input instead (and end with a regular activity).
+_PATCH_AUDIT_BATCHES = "audit-batches"
+_BATCH_EVENTS = 200
+"""Pending events that make the next tool call write a batch, however recent the last."""
 # A reflector may call a model: give it time, and retry infrastructure failures a little.
 _REFLECT_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_attempts=3)
 # Margin on top of a tool's own timeout, so the tool's soft timeout text wins over Temporal's.
@@ -201,6 +207,10 @@ class TurnWorkflow:
             mode="shadow" if inp.shadow else ("rerun" if inp.rerun_of else "live"),
         )
         self._next_seq = 0
+        # Decided when the run starts (a patch); see _PATCH_AUDIT_BATCHES.
+        self._batched = False
+        self._last_write = self._turn.started_at
+        self._turn_written: TurnRecord | None = None
         self._events: list[AuditEvent] = []
         self._memory: list[MemoryEntry] = []
         # Records handed to an activity that has not reported yet (memory entries as -1 - seq).
@@ -271,7 +281,7 @@ class TurnWorkflow:
         order even when the calls of a wave run concurrently.
         """
         if self._in_flight:
-            return Flush(turn=self._turn)
+            return Flush(turn_id=self._turn.turn_id, session_id=self._turn.session_id)
         # A byte budget keeps every activity input far below Temporal's payload limit; what
         # does not fit goes with the next activity (always at least one record).
         events: list[AuditEvent] = []
@@ -281,7 +291,14 @@ class TurnWorkflow:
             if events and budget < 0:
                 break
             events.append(event)
-        flush = Flush(turn=self._turn, events=events, memory=list(self._memory))
+        flush = Flush(
+            turn_id=self._turn.turn_id,
+            session_id=self._turn.session_id,
+            # The turn's row travels only when it changed since it was last written.
+            turn=None if self._turn == self._turn_written else self._turn,
+            events=events,
+            memory=list(self._memory),
+        )
         self._in_flight.update(e.seq for e in flush.events)
         self._in_flight.update(-1 - m.seq for m in flush.memory)
         return flush
@@ -293,6 +310,8 @@ class TurnWorkflow:
         self._in_flight.difference_update(events)
         self._in_flight.difference_update(-1 - seq for seq in memory)
         if written:
+            if flush.turn is not None:
+                self._turn_written = flush.turn
             self._events = [e for e in self._events if e.seq not in events]
             self._memory = [m for m in self._memory if m.seq not in memory]
 
@@ -309,6 +328,9 @@ class TurnWorkflow:
         detection = self._input.config.detection
         if self._input.ends_run and detection.enabled:
             self._detector.end_of_run(detection)
+        if self._batched:
+            await self._record_batches()
+            return
         flush = self._flush().model_copy(update={"session": self._final_session()})
         try:
             await workflow.execute_activity(
@@ -320,6 +342,72 @@ class TurnWorkflow:
         finally:
             self._in_flight.clear()
         self._flushed(flush)
+
+    async def _record_batches(self) -> None:
+        """Write everything still pending, the turn's final row and the session state last.
+
+        Local activities: no server round trip of their own, and only their (empty) results
+        enter the history, never the records. On replay the records are rebuilt from the
+        history; the writes are idempotent (by turn id and seq), so a re-run is safe.
+        """
+        while True:
+            flush = self._flush()
+            last = len(flush.events) == len(self._events) and len(flush.memory) == len(self._memory)
+            if last:
+                flush = flush.model_copy(update={"session": self._final_session()})
+            else:
+                # The final status waits for the last batch, so a turn marked ended in the
+                # database has its whole trail; a first write still creates the row.
+                running = None
+                if self._turn_written is None:
+                    running = self._turn.model_copy(
+                        update={"status": "running", "ended_at": None, "error": None}
+                    )
+                flush = flush.model_copy(update={"turn": running})
+            try:
+                await workflow.execute_local_activity(
+                    AUDIT_RECORD,
+                    RecordTurn(flush=flush),
+                    result_type=bool,
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=_RECORD_RETRY,
+                )
+            finally:
+                self._in_flight.clear()
+            self._flushed(flush)
+            if last:
+                return
+
+    async def _checkpoint(self, *, force: bool = False) -> None:
+        """Write the pending records in one batch, when due (see ``audit_interval_s``).
+
+        Best effort: with the database down the records stay pending for the next batch,
+        and the turn goes on (the final write is the one that insists).
+        """
+        if not self._batched or self._in_flight or not (self._events or self._memory):
+            return
+        interval = timedelta(seconds=self._input.config.audit_interval_s)
+        if not (
+            force
+            or len(self._events) >= _BATCH_EVENTS
+            or workflow.now() - self._last_write >= interval
+        ):
+            return
+        flush = self._flush()
+        written = False
+        try:
+            written = await workflow.execute_local_activity(
+                AUDIT_RECORD,
+                RecordTurn(flush=flush, must_persist=False),
+                result_type=bool,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=1),
+            )
+        except ActivityError:
+            workflow.logger.warning("audit batch not written; it goes with the next one")
+        finally:
+            self._flushed(flush, written=written)
+        self._last_write = workflow.now()
 
     def _turn_end(
         self,
@@ -350,6 +438,7 @@ class TurnWorkflow:
     async def run(self, inp: TurnInput) -> TurnOutput:
         """Dispatch every call; soft errors are results, hard errors fail the workflow."""
         started = workflow.now()
+        self._batched = workflow.patched(_PATCH_AUDIT_BATCHES)
         self._emit(
             "turn_started",
             {
@@ -428,7 +517,11 @@ class TurnWorkflow:
 
     async def _model_phase(self, phase: ModelPhase, started: datetime) -> ModelResponse:
         """Ask the model (one activity, which also keeps the conversation in SQL)."""
-        flush = self._flush()
+        flush: Flush | None = None
+        if self._batched:
+            await self._checkpoint()
+        else:
+            flush = self._flush()
         try:
             outcome: ModelTurnOutcome = await workflow.execute_activity(
                 MODEL_TURN,
@@ -439,10 +532,12 @@ class TurnWorkflow:
                 retry_policy=MODEL_RETRY_POLICY,
             )
         except ActivityError as failure:
-            self._flushed(flush, written=False)
+            if flush is not None:
+                self._flushed(flush, written=False)
             cause = failure.cause or failure
             raise TurnFailed(f"model call failed: {cause}") from None
-        self._flushed(flush, written=outcome.flushed)
+        if flush is not None:
+            self._flushed(flush, written=outcome.flushed)
         response = outcome.response
         self._emit(
             "model_response",
@@ -647,6 +742,7 @@ class TurnWorkflow:
                     "correction failed to produce a usable retry: %s (call %r)", problem, call.id
                 )
             if action.delay_ms > 0:
+                await self._checkpoint(force=True)  # the trail is complete while we wait
                 # A durable timer: it lives on the server, so a lost worker loses nothing, and
                 # a cancellation interrupts it at once.
                 await workflow.sleep(timedelta(milliseconds=action.delay_ms))
@@ -812,7 +908,14 @@ class TurnWorkflow:
         if outcome is not None and outcome.cached:
             payload["cached"] = True
         if outcome is not None and outcome.dispatch is not None:
-            payload["dispatch"] = outcome.dispatch
+            payload["dispatch"] = unpack_dispatch(
+                outcome.dispatch,
+                call_id=call.id,
+                attempt=attempt,
+                tool_name=tool_name,
+                arguments=arguments,
+                output=outcome.output,
+            )
         if outcome is not None and outcome.post_hook_errors:
             payload["post_hook_errors"] = outcome.post_hook_errors
         return self._emit("tool_post", payload, call_id=call.id, tool=tool_name, attempt=attempt)
@@ -893,6 +996,7 @@ class TurnWorkflow:
         self, call: ToolCall, tool_name: str, arguments: dict[str, Any], question: str
     ) -> ApprovalInput | None:
         """Park the call until the ``approval`` Update arrives or the timeout passes."""
+        await self._checkpoint(force=True)  # a human may look at the trail meanwhile
         self._waiting[call.id] = PendingApproval(
             tool_call_id=call.id, tool_name=tool_name, question=question, arguments=arguments
         )
@@ -1002,40 +1106,58 @@ class TurnWorkflow:
             timeout = timedelta(seconds=meta.timeout_s) + _TIMEOUT_MARGIN
         else:
             timeout = timedelta(seconds=config.tool_timeout_s)
-        flush = self._flush()
+        flush: Flush | None = None
+        if self._batched:
+            await self._checkpoint()
+        else:
+            flush = self._flush()
+        request = ExecuteAttempt(
+            turn_id=self._turn.turn_id,
+            session_id=self._turn.session_id,
+            tool_call_id=call.id,
+            tool_name=tool_name,
+            arguments=arguments,
+            attempt=attempt,
+            flush=flush,
+            skip_pre_hooks=skip_pre_hooks,
+            hooks_only=hooks_only,
+            shadow=self._input.shadow is not None,
+            large_output_bytes=config.large_output_bytes,
+            recorded=(
+                self._input.shadow.attempts.get(f"{call.id}#{attempt}")
+                if self._input.shadow is not None
+                else None
+            ),
+        )
+        retry = RetryPolicy(
+            initial_interval=timedelta(milliseconds=500),
+            maximum_interval=timedelta(seconds=10),
+            maximum_attempts=config.infrastructure_retries,
+        )
         try:
-            outcome: AttemptOutcome = await workflow.execute_activity(
-                TOOL_EXECUTE,
-                ExecuteAttempt(
-                    turn_id=self._turn.turn_id,
-                    session_id=self._turn.session_id,
-                    tool_call_id=call.id,
-                    tool_name=tool_name,
-                    arguments=arguments,
-                    attempt=attempt,
-                    flush=flush,
-                    skip_pre_hooks=skip_pre_hooks,
-                    hooks_only=hooks_only,
-                    shadow=self._input.shadow is not None,
-                    large_output_bytes=config.large_output_bytes,
-                    recorded=(
-                        self._input.shadow.attempts.get(f"{call.id}#{attempt}")
-                        if self._input.shadow is not None
-                        else None
-                    ),
-                ),
-                result_type=AttemptOutcome,
-                start_to_close_timeout=timeout,
-                heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_s),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(milliseconds=500),
-                    maximum_interval=timedelta(seconds=10),
-                    maximum_attempts=config.infrastructure_retries,
-                ),
-            )
+            if meta is not None and meta.local:
+                # @tool(local=True): no round trip to the server, no input in the history,
+                # no heartbeats (see the durability trade-off in tooltrail.tools.tool).
+                outcome: AttemptOutcome = await workflow.execute_local_activity(
+                    TOOL_EXECUTE,
+                    request,
+                    result_type=AttemptOutcome,
+                    start_to_close_timeout=timeout,
+                    retry_policy=retry,
+                )
+            else:
+                outcome = await workflow.execute_activity(
+                    TOOL_EXECUTE,
+                    request,
+                    result_type=AttemptOutcome,
+                    start_to_close_timeout=timeout,
+                    heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_s),
+                    retry_policy=retry,
+                )
         except ActivityError as failure:
             # Temporal's infrastructure retries are spent (spec §14): a soft failed attempt.
-            self._flushed(flush, written=False)
+            if flush is not None:
+                self._flushed(flush, written=False)
             cause = failure.cause or failure
             return AttemptOutcome(
                 output=str(cause),
@@ -1044,5 +1166,6 @@ class TurnWorkflow:
                 resolved_tool_name=tool_name,
                 flushed=False,
             )
-        self._flushed(flush, written=outcome.flushed)
+        if flush is not None:
+            self._flushed(flush, written=outcome.flushed)
         return outcome

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Collection, Sequence
+from typing import Any
 
 import pytest
+from temporalio.api.common.v1 import Payloads
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
@@ -15,23 +18,38 @@ __all__ = ["activity_attempts", "assert_exactly_once", "expected_kinds", "requir
 
 
 def activity_attempts(history: WorkflowHistory, activity_type: str) -> list[int]:
-    """The attempt that completed each activity of ``activity_type``.
+    """The attempt that completed each activity of ``activity_type``, local ones included.
 
     Temporal writes the started event of an activity's last attempt only, so an attempt
-    above 1 means earlier attempts were lost or failed.
+    above 1 means earlier attempts were lost or failed. A local activity leaves one marker,
+    whose data holds the attempt that completed it.
     """
+    local = [
+        data["attempt"]
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+        for data in [_marker_data(e.marker_recorded_event_attributes.details["data"])]
+        if data.get("activity_type") == activity_type
+    ]
     scheduled = {
         e.event_id
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
         and e.activity_task_scheduled_event_attributes.activity_type.name == activity_type
     }
-    return [
+    return local + [
         e.activity_task_started_event_attributes.attempt
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
         and e.activity_task_started_event_attributes.scheduled_event_id in scheduled
     ]
+
+
+def _marker_data(payloads: Payloads) -> dict[str, Any]:
+    # Core writes the marker's data as one JSON payload.
+    data: dict[str, Any] = json.loads(payloads.payloads[0].data)
+    return data
 
 
 def expected_kinds(

@@ -231,23 +231,25 @@ class AuditStore:
         self.sessions: async_sessionmaker[AsyncSession] = session_factory(self.engine)
 
     async def write_flush(self, flush: Flush) -> None:
-        """Write a flush: the turn row and events in one transaction, then memory.
+        """Write a flush: the turn row (if it came) and events in one transaction, then memory.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the turn row or the events could not be written.
                 Memory failures are logged and dropped (memory keeps the gist; the audit
                 trail has everything).
         """
-        async with self.sessions.begin() as session:
-            await record_turn(session, turn=flush.turn)
-            await record_events(session, turn_id=flush.turn.turn_id, events=flush.events)
-            if flush.session is not None:
-                await record_session_state(
-                    session,
-                    session_id=flush.turn.session_id,
-                    turn_id=flush.turn.turn_id,
-                    state=flush.session,
-                )
+        if flush.turn is not None or flush.events or flush.session is not None:
+            async with self.sessions.begin() as session:
+                if flush.turn is not None:
+                    await record_turn(session, turn=flush.turn)
+                await record_events(session, turn_id=flush.turn_id, events=flush.events)
+                if flush.session is not None:
+                    await record_session_state(
+                        session,
+                        session_id=flush.session_id,
+                        turn_id=flush.turn_id,
+                        state=flush.session,
+                    )
         if flush.memory:
             try:
                 async with self.sessions.begin() as session:
@@ -256,7 +258,7 @@ class AuditStore:
                 log.warning(
                     "memory store failed; %d entries of turn %r dropped",
                     len(flush.memory),
-                    flush.turn.turn_id,
+                    flush.turn_id,
                     exc_info=True,
                 )
 
