@@ -2,31 +2,49 @@
 
 - direct: the tool's validation and body in-process (no durability at all);
 - floor: a plain Temporal workflow with one plain activity per call (the engine's minimum);
-- tooltrail: a TurnWorkflow with the full pipeline and the SQL audit trail.
+- tooltrail: a TurnWorkflow with the full pipeline and the SQL audit trail;
+- tooltrail local: the same no-op tool declared ``@tool(local=True)`` (a local activity).
 
-One no-op call per turn, and 50 sequential calls per turn, on the embedded dev server with
-tooltrail's settings. Run: ``python -m bench.overhead`` (or ``make bench``).
+Milliseconds per call, for one no-op call per turn and 50 sequential calls per turn (median
+of the runs). Each pair runs on two embedded
+dev servers in turn: one with Temporal's defaults, one with tooltrail's settings
+(``DEV_SERVER_ARGS``: the transfer-queue poll limit raised), to show what that setting buys.
+Run: ``python -m bench.overhead`` (or ``make bench``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import tempfile
 import uuid
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from temporalio.worker import Worker
 
-from bench.common import embedded, median, report, timed
+from bench.common import median, report, timed
 from bench.floor import FloorWorkflow, noop
-from tooltrail import Host, ToolCall, ToolContext, tool
+from tooltrail import Host, ToolCall, ToolContext, Tooltrail, tool
+from tooltrail.db.migrate import upgrade
+from tooltrail.db.store import AuditStore
+from tooltrail.embedded import DEV_SERVER_ARGS, start_dev_server
 from tooltrail.scratch import ScratchDirs
+from tooltrail.worker import build_worker
 
 REPEAT = 15
+SHAPES = (1, 50)
 
 
 @tool
 async def nothing(text: str) -> str:
     """Return the text."""
+    return text
+
+
+@tool(local=True)
+async def nothing_local(text: str) -> str:
+    """Return the text (a local activity)."""
     return text
 
 
@@ -36,52 +54,94 @@ async def direct(calls: int) -> None:
         await nothing.invoke(ctx, nothing.validate({"text": f"c{i}"}))
 
 
+@contextlib.asynccontextmanager
+async def server(extra_args: Sequence[str]) -> AsyncIterator[Tooltrail]:
+    """A dev server with ``extra_args``, a tooltrail worker and a floor worker, SQLite audit."""
+    env = await start_dev_server(extra_args=extra_args)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            url = f"sqlite:///{tmp}/bench.db"
+            await upgrade(url)
+            store = AuditStore(url)
+            host = Host([nothing, nothing_local])
+            tt = Tooltrail(env.client, host, task_queue="bench", store=store)
+            async with (
+                build_worker(env.client, host, task_queue="bench", store=store),
+                Worker(
+                    env.client, task_queue="floor", workflows=[FloorWorkflow], activities=[noop]
+                ),
+            ):
+                yield tt
+            await store.close()
+    finally:
+        await env.shutdown()
+
+
+async def measure(tt: Tooltrail, calls: int) -> dict[str, float]:
+    """Per-call milliseconds of the floor, tooltrail and tooltrail with a local tool."""
+    repeat = REPEAT if calls == 1 else 3
+
+    def turn(name: str) -> list[ToolCall]:
+        return [ToolCall(f"c{i}", name, {"text": f"c{i}"}) for i in range(calls)]
+
+    async def durable() -> None:
+        await tt.run_turn(turn("nothing"), session_id=f"bench-{uuid.uuid4()}")
+
+    async def durable_local() -> None:
+        await tt.run_turn(turn("nothing_local"), session_id=f"bench-{uuid.uuid4()}")
+
+    async def floor() -> None:
+        await tt.client.execute_workflow(
+            "BenchFloorWorkflow", calls, id=f"floor-{uuid.uuid4()}", task_queue="floor"
+        )
+
+    for warm in (durable, durable_local, floor):
+        await warm()
+    return {
+        "floor": median(await timed(floor, repeat)) / calls,
+        "tooltrail": median(await timed(durable, repeat)) / calls,
+        "local": median(await timed(durable_local, repeat)) / calls,
+    }
+
+
 async def main() -> None:
+    results: dict[tuple[str, int], dict[str, float]] = {}
+    for label, args in (("defaults", ()), ("tuned", DEV_SERVER_ARGS)):
+        async with server(args) as tt:
+            for calls in SHAPES:
+                results[label, calls] = await measure(tt, calls)
     rows = []
-    async with embedded(Host([nothing])) as tt:
-        floor_queue = f"floor-{uuid.uuid4()}"
-        async with Worker(
-            tt.client, task_queue=floor_queue, workflows=[FloorWorkflow], activities=[noop]
-        ):
-            for calls in (1, 50):
-                batch = [ToolCall(f"c{i}", "nothing", {"text": f"c{i}"}) for i in range(calls)]
-                repeat = REPEAT if calls == 1 else 3
-
-                async def durable(batch: list[ToolCall] = batch) -> None:
-                    await tt.run_turn(batch, session_id=f"bench-{uuid.uuid4()}")
-
-                async def floor(calls: int = calls) -> None:
-                    await tt.client.execute_workflow(
-                        "BenchFloorWorkflow",
-                        calls,
-                        id=f"floor-{uuid.uuid4()}",
-                        task_queue=floor_queue,
-                    )
-
-                async def in_process(calls: int = calls) -> None:
-                    await direct(calls)
-
-                await durable()
-                await floor()  # warm both paths
-                per_call = {
-                    "direct": median(await timed(in_process, repeat)) / calls,
-                    "floor": median(await timed(floor, repeat)) / calls,
-                    "tooltrail": median(await timed(durable, repeat)) / calls,
-                }
-                rows.append(
-                    [
-                        f"{calls} call(s) per turn",
-                        per_call["direct"],
-                        per_call["floor"],
-                        per_call["tooltrail"],
-                        per_call["tooltrail"] / per_call["floor"],
-                    ]
-                )
+    for calls in SHAPES:
+        plain, tuned = results["defaults", calls], results["tuned", calls]
+        in_process = median(await timed(lambda calls=calls: direct(calls), REPEAT)) / calls
+        rows.append(
+            [
+                calls,
+                in_process,
+                plain["floor"],
+                plain["tooltrail"],
+                tuned["floor"],
+                tuned["tooltrail"],
+                tuned["local"],
+                tuned["tooltrail"] / tuned["floor"],
+                tuned["local"] / tuned["floor"],
+            ]
+        )
     report(
         "overhead",
-        ["turn shape", "direct ms/call", "floor ms/call", "tooltrail ms/call", "tooltrail / floor"],
+        [
+            "calls/turn",
+            "direct ms",
+            "floor ms (server defaults)",
+            "tooltrail ms (server defaults)",
+            "floor ms",
+            "tooltrail ms",
+            "local tool ms",
+            "tooltrail / floor",
+            "local / floor",
+        ],
         rows,
-        {"repeat": REPEAT},
+        {"repeat": REPEAT, "server_args": list(DEV_SERVER_ARGS)},
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import sys
 import sysconfig
+from collections.abc import Sequence
 from pathlib import Path
 
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -58,8 +59,13 @@ async def start_dev_server(
     ui_port: int | None = None,
     db_filename: str | None = None,
     namespace: str = "default",
+    extra_args: Sequence[str] = DEV_SERVER_ARGS,
 ) -> WorkflowEnvironment:
-    """Start the Temporal dev server (a real server; in memory, or SQLite with ``db_filename``)."""
+    """Start the Temporal dev server (a real server; in memory, or SQLite with ``db_filename``).
+
+    ``extra_args`` are the server's own arguments; the default is tooltrail's tuning
+    (``DEV_SERVER_ARGS``), ``()`` runs the server with its defaults.
+    """
     return await WorkflowEnvironment.start_local(
         namespace=namespace,
         port=port,
@@ -69,7 +75,7 @@ async def start_dev_server(
         dev_server_existing_path=find_binary("temporal"),
         dev_server_database_filename=db_filename,
         dev_server_log_level="error",
-        dev_server_extra_args=list(DEV_SERVER_ARGS),
+        dev_server_extra_args=list(extra_args),
     )
 
 
