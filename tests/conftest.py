@@ -154,6 +154,8 @@ def stack(temporal_env: WorkflowEnvironment, sqlite_url: str, tmp_path: Path) ->
                 task_queue=task_queue,
                 store=store,
                 scratch=scratch,
+                # Every workflow call under the sandbox's watch (production passes them through).
+                strict_sandbox=worker_options.pop("strict_sandbox", True),
                 **worker_options,
             ):
                 yield tt

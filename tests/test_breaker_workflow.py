@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from sqlalchemy import select
@@ -24,13 +25,17 @@ OPEN = "tool temporarily unavailable: circuit breaker open"
 
 
 def scripted(
-    outcomes: list[bool], *, name: str = "svc", safe: bool = False
+    outcomes: list[bool], *, name: str = "svc", safe: bool = False, seconds: float = 0.0
 ) -> tuple[Tool, list[int]]:
-    """A tool that succeeds or fails following ``outcomes`` (then keeps failing)."""
+    """A tool that succeeds or fails following ``outcomes`` (then keeps failing).
+
+    Each execution takes ``seconds``.
+    """
     executions: list[int] = []
 
     def body() -> str:
         executions.append(1)
+        time.sleep(seconds)
         ok = outcomes[len(executions) - 1] if len(executions) <= len(outcomes) else False
         if not ok:
             raise ToolError(f"failure {len(executions)}")
@@ -91,7 +96,8 @@ async def test_a_failed_probe_retrips_then_a_good_one_closes(stack: StackFactory
 
 
 async def test_concurrent_calls_share_one_recovery_probe(stack: StackFactory) -> None:
-    svc, executions = scripted([False, True, True], safe=True)
+    # The probe takes a while: the other call asks the gate while the probe is in flight.
+    svc, executions = scripted([False, True, True], safe=True, seconds=0.5)
     host = Host(
         [svc], circuit_breaker=CircuitBreaker(failure_threshold=1, recovery_s=0, probe_timeout_s=60)
     )

@@ -24,3 +24,9 @@ def test_the_corpus_has_every_scenario() -> None:
 async def test_history_replays(entry: tuple[str, object]) -> None:
     report = await replay_histories([entry])  # type: ignore[list-item]
     assert report.ok, report.failures
+
+
+async def test_the_corpus_replays_as_a_production_worker_runs_it() -> None:
+    # Production workers pass tooltrail's workflow modules through the sandbox.
+    report = await replay_histories(HISTORY_FILES, strict=False)
+    assert report.ok, report.failures

@@ -107,15 +107,22 @@ async def fetch_histories(
 
 
 async def replay_histories(
-    histories: Sequence[tuple[str, WorkflowHistory]], *, workflows: Sequence[type] | None = None
+    histories: Sequence[tuple[str, WorkflowHistory]],
+    *,
+    workflows: Sequence[type] | None = None,
+    strict: bool = True,
 ) -> ReplayReport:
-    """Replay histories against the workflow code (default: tooltrail's workflows)."""
+    """Replay histories against the workflow code (default: tooltrail's workflows).
+
+    With ``strict`` (the default) the workflow modules run under the sandbox's full watch;
+    without it, as a production worker runs them (see ``tooltrail.worker.sandbox_runner``).
+    """
     if workflows is None:
         workflows = [TurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow]
     replayer = Replayer(
         workflows=list(workflows),
         data_converter=pydantic_data_converter,
-        workflow_runner=sandbox_runner(),
+        workflow_runner=sandbox_runner(strict=strict),
     )
     outcomes = []
     for source, history in histories:

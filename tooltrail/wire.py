@@ -157,6 +157,24 @@ class SessionState(BaseModel):
     """The ``MemoizingMiddleware`` cache."""
 
 
+_PLAIN_DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
+
+
+def _plain_defaults(cls: type[BaseModel]) -> dict[str, Any]:
+    """The defaults of ``cls`` that serialize as themselves (None, bools, numbers, text, [])."""
+    found = _PLAIN_DEFAULTS.get(cls)
+    if found is None:
+        found = {}
+        for name, field in cls.model_fields.items():
+            if field.is_required():
+                continue
+            default = field.get_default(call_default_factory=True)
+            if default is None or isinstance(default, bool | int | float | str) or default == []:
+                found[name] = default
+        _PLAIN_DEFAULTS[cls] = found
+    return found
+
+
 class Compact(BaseModel):
     """A model serialized without the fields that hold their default value.
 
@@ -168,12 +186,8 @@ class Compact(BaseModel):
     def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
         if isinstance(data, dict):
-            for name, field in type(self).model_fields.items():
-                if (
-                    name in data
-                    and not field.is_required()
-                    and getattr(self, name) == field.get_default(call_default_factory=True)
-                ):
+            for name, default in _plain_defaults(type(self)).items():
+                if name in data and data[name] == default:
                     del data[name]
         return data
 

@@ -38,12 +38,24 @@ __all__ = ["build_worker", "connect_client", "sandbox_runner", "worker"]
 # Pure modules handed to the sandbox as they are, instead of being re-imported per workflow
 # run: pydantic is expensive to import and tooltrail's pure modules hold no state.
 _PASSTHROUGH = ("pydantic", "pydantic_core", "annotated_types", "typing_extensions", "tooltrail")
+# tooltrail's own workflow modules. They are library code (users write tools, never workflow
+# code), keep no module state, and are checked by replay tests: passing them through saves
+# re-importing them for every workflow run (~5 ms a turn on this project's machine). The
+# price: the sandbox no longer watches the calls they make, so the test suite and the
+# replay checks run them strictly (re-imported, every call watched).
+_WORKFLOW_MODULES = ("workflows",)
 
 
-def sandbox_runner() -> SandboxedWorkflowRunner:
-    """Return the workflow runner with tooltrail's sandbox passthrough."""
+def sandbox_runner(*, strict: bool = False) -> SandboxedWorkflowRunner:
+    """Return the workflow runner with tooltrail's sandbox passthrough.
+
+    Args:
+        strict: re-import tooltrail's workflow modules for every run, so the sandbox's
+            restrictions apply to every call they make (slower; tests and replays).
+    """
+    modules = _PASSTHROUGH if strict else (*_PASSTHROUGH, *_WORKFLOW_MODULES)
     return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(*_PASSTHROUGH)
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*modules)
     )
 
 
@@ -54,6 +66,7 @@ def build_worker(
     task_queue: str,
     store: AuditStore,
     scratch: ScratchDirs | None = None,
+    strict_sandbox: bool = False,
     **worker_options: Any,
 ) -> Worker:
     """Build the worker of a tooltrail deployment; freezes the host's registry.
@@ -64,6 +77,8 @@ def build_worker(
         task_queue: the task queue of the turn workflows.
         store: the audit database.
         scratch: session scratch directories (default: from the host).
+        strict_sandbox: run the workflows under the sandbox's full watch (see
+            ``sandbox_runner``); slower, for tests.
         **worker_options: passed to ``temporalio.worker.Worker``.
     """
     scratch = scratch or ScratchDirs(host.scratch_base, enabled=host.managed_scratch)
@@ -105,7 +120,7 @@ def build_worker(
             recovery.reflect,
             *extra_activities,
         ],
-        workflow_runner=sandbox_runner(),
+        workflow_runner=sandbox_runner(strict=strict_sandbox),
         **worker_options,
     )
 
