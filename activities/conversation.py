@@ -10,6 +10,7 @@ it instead of asking the model again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 
 from pydantic import TypeAdapter
 from temporalio import activity
@@ -17,8 +18,9 @@ from temporalio import activity
 from activities.tool_execution import Recorder, heartbeating
 from tooltrail.db.store import append_messages, load_conversation, store_answer
 from tooltrail.llm.errors import to_application_error
-from tooltrail.llm.messages import ModelClient, ModelRequest
-from tooltrail.results import Part
+from tooltrail.llm.messages import ModelClient, ModelRequest, ModelResponse
+from tooltrail.planner import CallVerdict
+from tooltrail.results import Part, ToolCall
 from tooltrail.text import render_text
 from tooltrail.wire import MODEL_TURN, ModelTurnOutcome, ModelTurnRequest
 
@@ -30,10 +32,22 @@ log = logging.getLogger("tooltrail.model")
 class ConversationActivities:
     """Runs the model phase of turns against the host's model client."""
 
-    def __init__(self, client: ModelClient, recorder: Recorder) -> None:
-        """Wire the model client and the audit recorder (whose database holds conversations)."""
+    def __init__(
+        self,
+        client: ModelClient,
+        recorder: Recorder,
+        verdicts: Callable[[Sequence[ToolCall]], list[CallVerdict]] | None = None,
+    ) -> None:
+        """Wire the model client and the audit recorder (whose database holds conversations).
+
+        Args:
+            client: the model client.
+            recorder: the audit recorder (its database holds the conversations).
+            verdicts: judges tool calls for parallel dispatch (``Host.verdicts``).
+        """
         self.client = client
         self.recorder = recorder
+        self.verdicts = verdicts
 
     @activity.defn(name=MODEL_TURN)
     async def model_turn(self, inp: ModelTurnRequest) -> ModelTurnOutcome:
@@ -48,7 +62,12 @@ class ConversationActivities:
             stored = await load_conversation(session, run_id=phase.run_id, up_to=answer_seq)
         previous = next((answer for seq, _, answer in stored if seq == answer_seq), None)
         if previous is not None:
-            return ModelTurnOutcome(response=previous, flushed=flushed, reused=True)
+            return ModelTurnOutcome(
+                response=previous,
+                flushed=flushed,
+                reused=True,
+                verdicts=self._verdicts(inp, previous),
+            )
         messages = [message for seq, message, _ in stored if seq < answer_seq]
         refs = [m.content_ref for m in messages if m.content_ref]
         if refs:
@@ -74,7 +93,14 @@ class ConversationActivities:
             raise to_application_error(exc) from exc
         async with self.recorder.store.sessions.begin() as session:
             await store_answer(session, run_id=phase.run_id, seq=answer_seq, response=response)
-        return ModelTurnOutcome(response=response, flushed=flushed)
+        return ModelTurnOutcome(
+            response=response, flushed=flushed, verdicts=self._verdicts(inp, response)
+        )
+
+    def _verdicts(self, inp: ModelTurnRequest, response: ModelResponse) -> list[CallVerdict] | None:
+        if not inp.verdicts or self.verdicts is None or not response.message.tool_calls:
+            return None
+        return self.verdicts(response.message.tool_calls)
 
 
 _OUTPUT = TypeAdapter(str | list[Part])

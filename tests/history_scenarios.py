@@ -287,6 +287,14 @@ async def agent_turn(tt: Tooltrail) -> str:
     return result.turns[1]
 
 
+async def parallel_model_turn(tt: Tooltrail) -> str:
+    # A model turn whose calls the worker judged safe: they run in waves.
+    result = await tt.run_agent(
+        "go", session_id="hist-agent-par", config=RunConfig(dispatch="parallel")
+    )
+    return result.turns[0]
+
+
 def agent_model() -> ScriptedModel:
     """Three model turns with tools, then the answer."""
     return ScriptedModel(
@@ -335,6 +343,23 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "hooks_and_approval_batched": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
     "agent_run_batched": (agent_run, Host(TOOLS, model=agent_model())),
     "model_turn_batched": (agent_turn, Host(TOOLS, model=agent_model())),
+    "model_turn_parallel": (
+        parallel_model_turn,
+        Host(
+            TOOLS,
+            model=ScriptedModel(
+                [
+                    tool_call_response(
+                        ("p1", "nap", {"ms": 30, "key": "a"}),
+                        ("p2", "nap", {"ms": 10, "key": "a"}),
+                        ("p3", "nap", {"ms": 0}),
+                        ("p4", "echo", {"text": "alone"}),
+                    ),
+                    text_response("napped"),
+                ]
+            ),
+        ),
+    ),
     "agent_run": (
         agent_run,
         Host(

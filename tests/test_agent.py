@@ -11,7 +11,7 @@ from temporalio.api.enums.v1 import EventType
 
 from tests.conftest import StackFactory
 from tests.llm_server import LLMServer, openai_completion
-from tooltrail import Host, TurnCancelled, TurnFailed, tool
+from tooltrail import Host, RunConfig, TurnCancelled, TurnFailed, tool
 from tooltrail.llm.openai import OpenAIChatClient
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 
@@ -136,3 +136,47 @@ async def test_cancelling_a_run_cancels_the_turn_in_flight(stack: StackFactory) 
                 break
             await asyncio.sleep(0.1)
     assert turn is not None and turn.status == "cancelled"
+
+
+@tool(concurrent_safe=True)
+async def pause(ms: int) -> str:
+    """Sleep, then answer."""
+    await asyncio.sleep(ms / 1000)
+    return f"paused {ms}"
+
+
+@tool
+async def pause_alone(ms: int) -> str:
+    """Sleep, then answer (never concurrently)."""
+    await asyncio.sleep(ms / 1000)
+    return f"paused {ms}"
+
+
+def peak_overlap(events: list[Any]) -> int:
+    """The most tool bodies that ran at once, from the posts' start and end times."""
+    points = []
+    for e in events:
+        if e.kind == "tool_post" and e.payload.get("started_at"):
+            points += [(e.payload["started_at"], 1), (e.payload["finished_at"], -1)]
+    running = peak = 0
+    for _, step in sorted(points):
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+@pytest.mark.parametrize(("name", "expected"), [("pause", 3), ("pause_alone", 1)])
+async def test_agent_turns_dispatch_in_parallel_by_the_tools_declarations(
+    stack: StackFactory, name: str, expected: int
+) -> None:
+    # The model's calls are known only in the turn: the worker judges them for the waves.
+    script: list[Any] = [
+        tool_call_response(*[(f"c{i}", name, {"ms": 300 + i}) for i in range(3)]),
+        text_response("rested"),
+    ]
+    config = RunConfig(dispatch="parallel")
+    async with stack(Host([pause, pause_alone], model=ScriptedModel(script))) as tt:
+        result = await tt.run_agent("rest", session_id=f"agent-par-{name}", config=config)
+        events = await tt.audit(result.turns[0])
+    assert result.text == "rested"
+    assert peak_overlap(events) == expected

@@ -440,6 +440,9 @@ class ModelTurnRequest(BaseModel):
     phase: ModelPhase
     turn_id: str
     flush: Flush | None = None
+    verdicts: bool = False
+    """Judge the answer's tool calls for parallel dispatch (the concurrency declarations
+    are host code, so the worker judges them, as the client does for a plain turn)."""
 
 
 class ModelTurnOutcome(BaseModel):
@@ -449,6 +452,8 @@ class ModelTurnOutcome(BaseModel):
     flushed: bool = True
     reused: bool = False
     """The answer was already stored (a retried activity): the model was not asked again."""
+    verdicts: list[CallVerdict] | None = None
+    """One per tool call of the answer, when the request asked for them."""
 
 
 class AgentCarry(BaseModel):

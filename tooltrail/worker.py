@@ -106,7 +106,8 @@ def build_worker(
     audit = AuditActivities(recorder)
     extra_activities: list[Any] = []
     if host.model is not None:
-        extra_activities.append(ConversationActivities(host.model, recorder).model_turn)
+        conversation = ConversationActivities(host.model, recorder, host.verdicts)
+        extra_activities.append(conversation.model_turn)
     sessions = SessionActivities(scratch)
     recovery = RecoveryActivities(host.reflector, host.registry)
     return Worker(

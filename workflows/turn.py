@@ -459,8 +459,12 @@ class TurnWorkflow:
         try:
             if inp.model is not None:
                 # The model phase: its tool calls are this turn's calls.
-                response = await self._model_phase(inp.model, started)
-                inp = inp.model_copy(update={"calls": response.message.tool_calls})
+                response, verdicts = await self._model_phase(inp.model, started)
+                # The worker judged the calls for parallel dispatch (histories recorded
+                # before it did carry none: their turns ran the calls one by one).
+                inp = inp.model_copy(
+                    update={"calls": response.message.tool_calls, "verdicts": verdicts}
+                )
                 self._input = inp
                 self._turn = self._turn.model_copy(update={"call_count": len(inp.calls)})
                 tools_started = workflow.now()
@@ -515,7 +519,9 @@ class TurnWorkflow:
                 payload["input_bytes"] = size
             self._emit("tool_call_received", payload, call_id=call.id, tool=call.name)
 
-    async def _model_phase(self, phase: ModelPhase, started: datetime) -> ModelResponse:
+    async def _model_phase(
+        self, phase: ModelPhase, started: datetime
+    ) -> tuple[ModelResponse, list[CallVerdict] | None]:
         """Ask the model (one activity, which also keeps the conversation in SQL)."""
         flush: Flush | None = None
         if self._batched:
@@ -525,7 +531,12 @@ class TurnWorkflow:
         try:
             outcome: ModelTurnOutcome = await workflow.execute_activity(
                 MODEL_TURN,
-                ModelTurnRequest(phase=phase, turn_id=self._turn.turn_id, flush=flush),
+                ModelTurnRequest(
+                    phase=phase,
+                    turn_id=self._turn.turn_id,
+                    flush=flush,
+                    verdicts=self._input.config.dispatch == "parallel",
+                ),
                 result_type=ModelTurnOutcome,
                 start_to_close_timeout=timedelta(minutes=10),
                 heartbeat_timeout=timedelta(seconds=60),
@@ -551,7 +562,7 @@ class TurnWorkflow:
             },
         )
         self._turn_end(started, [], success=True, usage=response.usage, phase="llm")
-        return response
+        return response, outcome.verdicts
 
     def _final_session(self) -> SessionState | None:
         if self._input.shadow is not None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Select, func, select, update
+from sqlalchemy import Select, and_, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -57,20 +57,17 @@ def _aware(value: datetime | None) -> datetime | None:
 
 async def record_turn(session: AsyncSession, *, turn: TurnRecord) -> None:
     """Insert the turn row, or move a running turn to its final status; never regress it."""
-    values = turn.model_dump()
-    await session.execute(_insert(session, TurnRow).values(**values).on_conflict_do_nothing())
-    if turn.status != "running":
-        await session.execute(
-            update(TurnRow)
-            .where(TurnRow.turn_id == turn.turn_id, TurnRow.status == "running")
-            .values(
-                status=turn.status,
-                ended_at=turn.ended_at,
-                call_count=turn.call_count,
-                error=turn.error,
-                error_type=turn.error_type,
-            )
+    stmt = _insert(session, TurnRow).values(**turn.model_dump())
+    # One statement (a turn's last write is on its critical path): an ended turn's row
+    # moves a running row to its final status; nothing moves an ended row.
+    final = ("status", "ended_at", "call_count", "error", "error_type")
+    await session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["turn_id"],
+            set_={column: stmt.excluded[column] for column in final},
+            where=and_(TurnRow.status == "running", stmt.excluded.status != "running"),
         )
+    )
 
 
 async def record_session_state(
