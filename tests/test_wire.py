@@ -9,11 +9,13 @@ import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from tooltrail.dispatcher import DispatchRecord
+from tooltrail.results import ToolDispatchResult
 from tooltrail.wire import (
     DISPATCH_FIELDS,
     AttemptOutcome,
     ExecuteAttempt,
     Flush,
+    TurnOutput,
     TurnRecord,
     pack_dispatch,
     unpack_dispatch,
@@ -117,3 +119,28 @@ def test_a_flush_without_a_turn_row_keeps_its_ids() -> None:
     data, decoded = through_temporal(request, ExecuteAttempt)
     assert b'"flush":{"turn_id":"t1","session_id":"s1"}' in data
     assert decoded == request
+
+
+def test_turn_results_leave_unset_optionals_out() -> None:
+    output = TurnOutput(
+        turn_id="t1",
+        results=[
+            ToolDispatchResult(
+                tool_call_id="a", output="x", is_error=False, duration_ms=1, resolved_tool_name="e"
+            ),
+            ToolDispatchResult(
+                tool_call_id="b",
+                output="y",
+                is_error=True,
+                duration_ms=0,
+                resolved_tool_name="e",
+                display_hint="list",
+            ),
+        ],
+    )
+    data, decoded = through_temporal(output, TurnOutput)
+    assert b"output_ref" not in data
+    assert data.count(b"display_hint") == 1
+    assert decoded == output
+    # The results' own dumps (audit payloads) keep every field.
+    assert "output_ref" in output.results[0].model_dump(mode="json")

@@ -14,6 +14,7 @@ from pydantic import (
     BaseModel,
     Field,
     SerializerFunctionWrapHandler,
+    field_serializer,
     model_serializer,
     model_validator,
 )
@@ -290,7 +291,21 @@ class TurnOutput(BaseModel):
     usage: Usage | None = None
     """With a model phase: the tokens the model call spent."""
     session: SessionState | None = None
-    """The session's state as this turn left it (what the next turn starts from)."""
+    """The session's state as this turn left it, for an agent run's next turn (a plain
+    turn's next one loads it from the database, where the final record saved it)."""
+
+    @field_serializer("results", mode="wrap")
+    def _compact_results(
+        self, results: list[ToolDispatchResult], handler: SerializerFunctionWrapHandler
+    ) -> Any:
+        # Unset optional fields are left out: the history holds every result once more.
+        data = handler(results)
+        if isinstance(data, list):
+            for item in data:
+                for key in ("display_hint", "output_ref"):
+                    if isinstance(item, dict) and item.get(key, False) is None:
+                        del item[key]
+        return data
 
 
 class ExecuteAttempt(Compact):

@@ -495,7 +495,9 @@ class TurnWorkflow:
             results=results,
             assistant=response.message if response is not None else None,
             usage=usage,
-            session=self._final_session(),
+            # Only an agent run carries the state to its next turn; a plain turn's next one
+            # loads what the final record saved (and the history need not hold it twice).
+            session=self._final_session() if inp.model is not None else None,
         )
 
     def _receive(self, calls: list[ToolCall]) -> None:
