@@ -12,7 +12,7 @@ __all__ = ["AuditActivities", "SessionActivities"]
 
 
 class AuditActivities:
-    """Writes audit records that did not ride along with a tool attempt."""
+    """Writes the turn's audit records: in batches during the turn, and at its end."""
 
     def __init__(self, recorder: Recorder) -> None:
         """Wire the audit recorder."""

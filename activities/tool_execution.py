@@ -5,10 +5,10 @@ it; only the workflow's recovery loop runs a call again. Anything this activity 
 infrastructure failure (an unreachable database, a lost worker), which Temporal retries as
 the same attempt.
 
-The audit records the workflow produced since its last write ride along in the input and are
-written while the attempt runs, so a call costs one round trip and the write adds no latency
-of its own. If the database is down the tool still runs; the outcome says ``flushed=False``
-and the workflow sends the records again later.
+Turns recorded before audit batches (see ``workflows.turn``) send the records the workflow
+produced since its last write in the input; they are written while the attempt runs, so the
+write adds no latency of its own. If the database is down the tool still runs; the outcome
+says ``flushed=False`` and the workflow sends the records again later.
 """
 
 from __future__ import annotations

@@ -48,6 +48,12 @@ def fragile_once() -> str:
     return _die_first_time("fragile_once")
 
 
+@tool(local=True)
+def fragile_local() -> str:
+    """Kill the worker on the first run (a local activity); succeed after."""
+    return _die_first_time("fragile_local")
+
+
 def runs(name: str) -> int:
     """How many times a tool body started."""
     path = Path(os.environ["TOOLTRAIL_CRASH_DIR"]) / f"{name}.runs"
@@ -85,7 +91,7 @@ def _marker(name: str) -> bool:
     return False
 
 
-host = Host([echo, fragile, fragile_once, fails_once])
+host = Host([echo, fragile, fragile_once, fails_once, fragile_local])
 recovering_host = Host([echo, fragile, fragile_once, fails_once], reflector=AlwaysRecoverable())
 idempotent_host = Host([echo, charge], hooks=[KillAfterFirstCharge()])
 # The doomed worker's model asks for `fragile`, which kills that worker mid-run; the worker

@@ -120,6 +120,46 @@ async def test_worker_killed_mid_attempt(
     assert 2 in attempts, "the killed attempt was retried by Temporal"
 
 
+async def test_worker_killed_mid_local_attempt(
+    temporal_env: WorkflowEnvironment,
+    sqlite_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # @tool(local=True)'s documented trade-off: the attempt ran inside the lost worker's
+    # workflow task, so the worker that takes over (once that task times out) runs it again.
+    monkeypatch.setenv("TOOLTRAIL_CRASH_DIR", str(tmp_path))
+    address = temporal_env.client.service_client.config.target_host
+    task_queue = f"crash-{uuid.uuid4()}"
+    store = AuditStore(sqlite_url)
+    tt = Tooltrail(temporal_env.client, crash_tools.host, task_queue=task_queue, store=store)
+    try:
+        doomed = await start_worker_process(address, task_queue, sqlite_url)
+        handle = await tt.start_turn(
+            [
+                ToolCall("c1", "echo", {"text": "before"}),
+                ToolCall("c2", "fragile_local", {}),
+                ToolCall("c3", "echo", {"text": "after"}),
+            ],
+            session_id="crash-local",
+        )
+        assert await asyncio.wait_for(doomed.wait(), timeout=60) == -9
+        async with build_worker(
+            temporal_env.client, crash_tools.host, task_queue=task_queue, store=store
+        ):
+            turn = await asyncio.wait_for(handle.result(), timeout=60)
+        events = await tt.audit(turn.turn_id)
+    finally:
+        await store.close()
+
+    assert [r.output for r in turn.results] == ["before", "fragile_local survived", "after"]
+    assert crash_tools.runs("fragile_local") == 2
+    # The trail is still exactly once: the records are rebuilt from the history on replay.
+    assert [e.seq for e in events] == list(range(len(events)))
+    per_call = Counter((e.kind, e.tool_call_id) for e in events)
+    assert all(count == 1 for count in per_call.values()), per_call
+
+
 async def test_worker_killed_during_a_backoff(
     temporal_env: WorkflowEnvironment,
     sqlite_url: str,

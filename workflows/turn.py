@@ -3,8 +3,10 @@
 Deterministic code only: control (ordering, attempt counting, recovery decisions, the event
 stream) lives here; every tool body, reflector, database write and piece of user code runs
 in an activity. The event stream is numbered here (``seq``) so the audit trail's order is
-fixed by the history, and the records ride along with the next activity instead of costing a
-round trip each.
+fixed by the history. The records are written in batches by a local activity (see
+``RunConfig.audit_interval_s``), so they never enter the history and cost no round trip of
+their own; turns recorded before that (no ``audit-batches`` patch marker) sent them with the
+next activity instead, and still replay that way.
 
 Hard errors (``LoopDetected``, ``ToolRecoveryExhausted``) leave as non-retryable
 ``ApplicationError``s; cancellation leaves as ``asyncio.CancelledError`` so the workflow ends
