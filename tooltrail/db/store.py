@@ -8,7 +8,7 @@ module; callers get pydantic models.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,6 +42,44 @@ __all__ = [
 log = logging.getLogger("tooltrail.db")
 
 
+_STATEMENTS: dict[tuple[str, str], Any] = {}
+
+
+def _prepared(session: AsyncSession, name: str, build: Callable[[Any], Any]) -> Any:
+    """A statement built once per dialect (``build`` gets the dialect's ``insert``).
+
+    The audit writes run for every turn on its critical path: building a statement and its
+    cache key each time cost more CPU than executing it. Values always come as parameters.
+    """
+    dialect = session.get_bind().dialect.name
+    stmt = _STATEMENTS.get((dialect, name))
+    if stmt is None:
+        stmt = build(postgresql.insert if dialect == "postgresql" else sqlite.insert)
+        _STATEMENTS[dialect, name] = stmt
+    return stmt
+
+
+def _turn_upsert(insert: Any) -> Any:
+    # An ended turn's row moves a running row to its final status; nothing moves an ended
+    # row (one statement: a turn's last write is on its critical path).
+    stmt = insert(TurnRow.__table__)
+    final = ("status", "ended_at", "call_count", "error", "error_type")
+    return stmt.on_conflict_do_update(
+        index_elements=["turn_id"],
+        set_={column: stmt.excluded[column] for column in final},
+        where=and_(TurnRow.__table__.c.status == "running", stmt.excluded.status != "running"),
+    )
+
+
+def _session_state_upsert(insert: Any) -> Any:
+    stmt = insert(SessionStateRow.__table__)
+    return stmt.on_conflict_do_update(
+        index_elements=["session_id"],
+        set_={k: stmt.excluded[k] for k in ("version", "state", "last_turn_id", "updated_at")},
+        where=SessionStateRow.__table__.c.version < stmt.excluded.version,
+    )
+
+
 def _insert(session: AsyncSession, table: Any) -> Any:
     if session.get_bind().dialect.name == "postgresql":
         return postgresql.insert(table)
@@ -57,17 +95,7 @@ def _aware(value: datetime | None) -> datetime | None:
 
 async def record_turn(session: AsyncSession, *, turn: TurnRecord) -> None:
     """Insert the turn row, or move a running turn to its final status; never regress it."""
-    stmt = _insert(session, TurnRow).values(**turn.model_dump())
-    # One statement (a turn's last write is on its critical path): an ended turn's row
-    # moves a running row to its final status; nothing moves an ended row.
-    final = ("status", "ended_at", "call_count", "error", "error_type")
-    await session.execute(
-        stmt.on_conflict_do_update(
-            index_elements=["turn_id"],
-            set_={column: stmt.excluded[column] for column in final},
-            where=and_(TurnRow.status == "running", stmt.excluded.status != "running"),
-        )
-    )
+    await session.execute(_prepared(session, "turn", _turn_upsert), turn.model_dump())
 
 
 async def record_session_state(
@@ -81,13 +109,7 @@ async def record_session_state(
         "last_turn_id": turn_id,
         "updated_at": datetime.now(UTC),
     }
-    stmt = _insert(session, SessionStateRow).values(**values)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["session_id"],
-        set_={k: stmt.excluded[k] for k in ("version", "state", "last_turn_id", "updated_at")},
-        where=SessionStateRow.version < stmt.excluded.version,
-    )
-    await session.execute(stmt)
+    await session.execute(_prepared(session, "session_state", _session_state_upsert), values)
 
 
 async def load_session_state(session: AsyncSession, *, session_id: str) -> SessionState:
@@ -107,7 +129,13 @@ async def record_events(
     rows = [{"turn_id": turn_id, **event.model_dump(mode="json")} for event in events]
     for row, event in zip(rows, events, strict=True):
         row["created_at"] = event.created_at
-    stmt = _insert(session, AuditEventRow).on_conflict_do_nothing(index_elements=["turn_id", "seq"])
+    stmt = _prepared(
+        session,
+        "events",
+        lambda insert: insert(AuditEventRow.__table__).on_conflict_do_nothing(
+            index_elements=["turn_id", "seq"]
+        ),
+    )
     await session.execute(stmt, rows)
 
 
@@ -116,8 +144,12 @@ async def record_memory(session: AsyncSession, *, entries: Sequence[MemoryEntry]
     if not entries:
         return
     rows = [entry.model_dump() for entry in entries]
-    stmt = _insert(session, MemoryEntryRow).on_conflict_do_nothing(
-        index_elements=["turn_id", "seq"]
+    stmt = _prepared(
+        session,
+        "memory",
+        lambda insert: insert(MemoryEntryRow.__table__).on_conflict_do_nothing(
+            index_elements=["turn_id", "seq"]
+        ),
     )
     await session.execute(stmt, rows)
 
@@ -335,25 +367,28 @@ async def append_messages(
         }
         for offset, message in enumerate(messages)
     ]
-    stmt = _insert(session, ConversationMessageRow).on_conflict_do_nothing(
+    await session.execute(_prepared(session, "message", _message_insert), rows)
+
+
+def _message_insert(insert: Any) -> Any:
+    return insert(ConversationMessageRow.__table__).on_conflict_do_nothing(
         index_elements=["run_id", "seq"]
     )
-    await session.execute(stmt, rows)
 
 
 async def store_answer(
     session: AsyncSession, *, run_id: str, seq: int, response: ModelResponse
 ) -> None:
     """Store the model's answer at ``seq`` (once)."""
-    stmt = _insert(session, ConversationMessageRow).values(
-        run_id=run_id,
-        seq=seq,
-        role="assistant",
-        message=response.message.model_dump(mode="json"),
-        usage={**response.usage.model_dump(mode="json"), "stop_reason": response.stop_reason},
-        created_at=datetime.now(UTC),
-    )
-    await session.execute(stmt.on_conflict_do_nothing(index_elements=["run_id", "seq"]))
+    row = {
+        "run_id": run_id,
+        "seq": seq,
+        "role": "assistant",
+        "message": response.message.model_dump(mode="json"),
+        "usage": {**response.usage.model_dump(mode="json"), "stop_reason": response.stop_reason},
+        "created_at": datetime.now(UTC),
+    }
+    await session.execute(_prepared(session, "message", _message_insert), row)
 
 
 async def load_conversation(
