@@ -87,7 +87,7 @@ class ConversationActivities:
             max_tokens=phase.settings.max_tokens,
         )
         try:
-            async with heartbeating():
+            async with heartbeating(at_once=False):
                 response = await self.client.complete(request)
         except Exception as exc:
             raise to_application_error(exc) from exc

@@ -43,7 +43,7 @@ class ModelActivities:
                 ``ModelScriptExhausted`` are not.
         """
         try:
-            async with heartbeating():
+            async with heartbeating(at_once=False):
                 return await self.client.complete(request)
         except (ModelError, httpx.TransportError) as exc:
             error = to_application_error(exc)

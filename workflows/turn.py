@@ -363,7 +363,12 @@ class TurnWorkflow:
                 running = None
                 if self._turn_written is None:
                     running = self._turn.model_copy(
-                        update={"status": "running", "ended_at": None, "error": None}
+                        update={
+                            "status": "running",
+                            "ended_at": None,
+                            "error": None,
+                            "error_type": None,
+                        }
                     )
                 flush = flush.model_copy(update={"turn": running})
             try:
