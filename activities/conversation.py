@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from pydantic import TypeAdapter
 from temporalio import activity
@@ -37,6 +38,7 @@ class ConversationActivities:
         client: ModelClient,
         recorder: Recorder,
         verdicts: Callable[[Sequence[ToolCall]], list[CallVerdict]] | None = None,
+        catalog: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
         """Wire the model client and the audit recorder (whose database holds conversations).
 
@@ -44,10 +46,12 @@ class ConversationActivities:
             client: the model client.
             recorder: the audit recorder (its database holds the conversations).
             verdicts: judges tool calls for parallel dispatch (``Host.verdicts``).
+            catalog: the worker's tool catalog (OpenAI format), for turns that send none.
         """
         self.client = client
         self.recorder = recorder
         self.verdicts = verdicts
+        self.catalog = catalog
 
     @activity.defn(name=MODEL_TURN)
     async def model_turn(self, inp: ModelTurnRequest) -> ModelTurnOutcome:
@@ -81,7 +85,7 @@ class ConversationActivities:
             ]
         request = ModelRequest(
             messages=messages,
-            tools=phase.catalog,
+            tools=self._catalog(inp),
             model=phase.settings.model,
             temperature=phase.settings.temperature,
             max_tokens=phase.settings.max_tokens,
@@ -96,6 +100,18 @@ class ConversationActivities:
         return ModelTurnOutcome(
             response=response, flushed=flushed, verdicts=self._verdicts(inp, response)
         )
+
+    def _catalog(self, inp: ModelTurnRequest) -> list[dict[str, Any]]:
+        if inp.phase.catalog is not None:
+            return inp.phase.catalog
+        if self.catalog is None:
+            return []
+        wanted = None if inp.advertised is None else set(inp.advertised)
+        return [
+            spec
+            for spec in self.catalog()
+            if wanted is None or spec.get("function", {}).get("name") in wanted
+        ]
 
     def _verdicts(self, inp: ModelTurnRequest, response: ModelResponse) -> list[CallVerdict] | None:
         if not inp.verdicts or self.verdicts is None or not response.message.tool_calls:

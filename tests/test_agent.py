@@ -180,3 +180,30 @@ async def test_agent_turns_dispatch_in_parallel_by_the_tools_declarations(
         events = await tt.audit(result.turns[0])
     assert result.text == "rested"
     assert peak_overlap(events) == expected
+
+
+async def test_the_worker_gives_the_model_its_catalog_and_no_turn_history_holds_it(
+    stack: StackFactory,
+) -> None:
+    seen: list[list[str]] = []
+
+    def step(request: Any) -> Any:
+        seen.append([spec["function"]["name"] for spec in request.tools])
+        if len(seen) == 1:
+            return tool_call_response(("c1", "add", {"a": 1, "b": 2}))
+        return text_response("3")
+
+    async with stack(Host([add, pause], model=ScriptedModel([step, step]))) as tt:
+        result = await tt.run_agent("add", session_id="agent-catalog")
+        inputs = [
+            (await tt.client.get_workflow_handle(turn).fetch_history())
+            .events[0]
+            .workflow_execution_started_event_attributes.input.payloads[0]
+            .data
+            for turn in result.turns
+        ]
+    assert result.text == "3"
+    assert seen == [["add", "pause"], ["add", "pause"]]
+    # The schemas (with their descriptions) are built by the worker, not carried per turn.
+    assert inputs and all(b"Sleep, then answer." not in data for data in inputs)
+    assert all(b'"catalog":null' in data for data in inputs)

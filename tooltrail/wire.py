@@ -445,8 +445,9 @@ class ModelPhase(BaseModel):
     new_messages: list[Message]
     """What the model has not seen yet: the first prompt, or the last turn's tool results."""
     settings: ModelSettings = Field(default_factory=ModelSettings)
-    catalog: list[dict[str, Any]] = Field(default_factory=list)
-    """The tool catalog advertised to the model (OpenAI format)."""
+    catalog: list[dict[str, Any]] | None = Field(default_factory=list)
+    """The tool catalog advertised to the model (OpenAI format); ``None``: the worker's own
+    catalog of the turn's advertised tools (so the schemas are not in every turn's history)."""
 
 
 class ModelTurnRequest(BaseModel):
@@ -455,6 +456,8 @@ class ModelTurnRequest(BaseModel):
     phase: ModelPhase
     turn_id: str
     flush: Flush | None = None
+    advertised: list[str] | None = None
+    """With a ``None`` catalog: the tools the model may be offered."""
     verdicts: bool = False
     """Judge the answer's tool calls for parallel dispatch (the concurrency declarations
     are host code, so the worker judges them, as the client does for a plain turn)."""

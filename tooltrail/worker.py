@@ -106,7 +106,9 @@ def build_worker(
     audit = AuditActivities(recorder)
     extra_activities: list[Any] = []
     if host.model is not None:
-        conversation = ConversationActivities(host.model, recorder, host.verdicts)
+        conversation = ConversationActivities(
+            host.model, recorder, host.verdicts, host.registry.openai_tools
+        )
         extra_activities.append(conversation.model_turn)
     sessions = SessionActivities(scratch)
     recovery = RecoveryActivities(host.reflector, host.registry)

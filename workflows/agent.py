@@ -92,7 +92,9 @@ class AgentRunWorkflow:
                         start_seq=carry.next_seq,
                         new_messages=carry.new_messages,
                         settings=inp.settings,
-                        catalog=inp.catalog,
+                        # The worker builds the catalog from its registry: tool schemas
+                        # can be large, and every turn's input stays in its history.
+                        catalog=None,
                     ),
                 ),
                 id=turn_id,

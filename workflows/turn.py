@@ -545,6 +545,7 @@ class TurnWorkflow:
                     turn_id=self._turn.turn_id,
                     flush=flush,
                     verdicts=self._input.config.dispatch == "parallel",
+                    advertised=self._input.advertised if phase.catalog is None else None,
                 ),
                 result_type=ModelTurnOutcome,
                 start_to_close_timeout=timedelta(minutes=10),
