@@ -17,7 +17,9 @@ activity, one activity per tool attempt, the audit record); batch turns use para
 dispatch. Its history is the run's (every continue-as-new segment) plus its turns'.
 
 Columns: wall time per tool call (median run / K), history bytes, events and activities per
-tool call, and tooltrail / Pydantic AI. Both workers use Temporal's sandbox with the
+tool call, and tooltrail / Pydantic AI; "tt local" runs the same no-op tool declared
+``@tool(local=True)`` (Pydantic AI can likewise run a tool inside its workflow; the peer here
+keeps its default, an activity per tool call). Both workers use Temporal's sandbox with the
 benchmark's own modules passed through. Needs ``pydantic-ai-slim[temporal]`` (not a
 tooltrail dependency): without it the benchmark says so and skips.
 Run: ``python -m bench.peer``.
@@ -65,8 +67,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 
 def parse_prompt(prompt: str) -> tuple[str, int]:
-    """``"loop 10"`` -> ``("loop", 10)``."""
-    shape, k = prompt.split()
+    """``"loop 10"`` (or ``"loop 10 local"``) -> ``("loop", 10)``."""
+    shape, k = prompt.split()[:2]
     return shape, int(k)
 
 
@@ -126,20 +128,29 @@ async def nothing_tt(text: str) -> str:
     return text
 
 
+@tool(name="nothing_local", concurrent_safe=True, local=True)
+async def nothing_local(text: str) -> str:
+    """Return the text (a local activity)."""
+    return text
+
+
 def tooltrail_step(request: TTModelRequest) -> TTModelResponse:
-    """The same script for tooltrail's model client."""
-    shape, k = parse_prompt(next(m.content for m in request.messages if m.role == "user"))
+    """The same script for tooltrail's model client (``local`` in the prompt: the local tool)."""
+    prompt = next(m.content for m in request.messages if m.role == "user")
+    shape, k = parse_prompt(prompt)
+    name = "nothing_local" if prompt.endswith(" local") else "nothing"
     done = sum(m.role == "tool" for m in request.messages)
     if done >= k:
         return text_response(f"done {done}")
     wanted = range(done, done + 1) if shape == "loop" else range(k)
-    return tool_call_response(*[(f"c{i}", "nothing", {"text": f"c{i}"}) for i in wanted])
+    return tool_call_response(*[(f"c{i}", name, {"text": f"c{i}"}) for i in wanted])
 
 
 def model_requests() -> int:
     """How many model requests the whole benchmark makes on the tooltrail side."""
     per_run = {("loop", k): k + 1 for k in KS} | {("batch", k): 2 for k in KS}
-    return sum(REPEAT[k] * (per_run[shape, k]) for shape, k in per_run) + 2 * sum(per_run.values())
+    once = sum(REPEAT[k] * (per_run[shape, k]) for shape, k in per_run) + sum(per_run.values())
+    return 2 * once  # the plain tool and the local one
 
 
 def sandbox() -> SandboxedWorkflowRunner:
@@ -150,10 +161,10 @@ def sandbox() -> SandboxedWorkflowRunner:
 
 
 async def measure(
-    run: Callable[[str], Any], size: Callable[[Any], Any], shape: str, k: int
+    run: Callable[[str], Any], size: Callable[[Any], Any], shape: str, k: int, suffix: str = ""
 ) -> tuple[float, HistorySize]:
     """Median wall ms of ``REPEAT[k]`` runs (after a warm-up run) and the last run's size."""
-    prompt = f"{shape} {k}"
+    prompt = f"{shape} {k}{suffix}"
     await run(prompt)
     samples = []
     last = None
@@ -168,7 +179,9 @@ async def main() -> None:
     if SKIP_REASON is not None:
         console.print(f"peer skipped: {SKIP_REASON}", style="yellow", markup=False)
         return
-    host = Host([nothing_tt], model=ScriptedModel([tooltrail_step] * model_requests()))
+    host = Host(
+        [nothing_tt, nothing_local], model=ScriptedModel([tooltrail_step] * model_requests())
+    )
     rows = []
     async with embedded(host) as tt:
         peer_client = Client(
@@ -195,6 +208,13 @@ async def main() -> None:
                         shape,
                         k,
                     )
+                    local_ms, _ = await measure(
+                        lambda prompt, config=config: run_tooltrail(tt, prompt, config),
+                        lambda turns: tooltrail_size(tt, turns),
+                        shape,
+                        k,
+                        " local",
+                    )
                     rows.append(
                         [
                             f"{shape}, K={k}",
@@ -202,6 +222,8 @@ async def main() -> None:
                             peer_ms / k,
                             tt_ms / k,
                             tt_ms / peer_ms,
+                            local_ms / k,
+                            local_ms / peer_ms,
                             round(peer_size.size / k),
                             round(tt_size.size / k),
                             tt_size.size / peer_size.size,
@@ -219,6 +241,8 @@ async def main() -> None:
             "pydantic-ai ms/call",
             "tooltrail ms/call",
             "ms tt/pai",
+            "tt local ms/call",
+            "ms local/pai",
             "pai bytes/call",
             "tt bytes/call",
             "bytes tt/pai",
