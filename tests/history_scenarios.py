@@ -342,6 +342,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "batched_audit": (batched_audit, Host(TOOLS, reflector=AlwaysRecoverable())),
     "hooks_and_approval_batched": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
     "agent_run_batched": (agent_run, Host(TOOLS, model=agent_model())),
+    "agent_run_local_cleanup": (agent_run, Host(TOOLS, model=agent_model())),
     "model_turn_batched": (agent_turn, Host(TOOLS, model=agent_model())),
     "model_turn_parallel": (
         parallel_model_turn,

@@ -30,6 +30,9 @@ from tooltrail.wire import (
 
 __all__ = ["AgentRunWorkflow"]
 
+# Runs recorded before the session cleanup became a local activity schedule a regular one.
+_PATCH_LOCAL_CLEANUP = "session-cleanup-local"
+
 
 def _add(total: Usage, more: Usage | None) -> Usage:
     if more is None:
@@ -133,6 +136,18 @@ class AgentRunWorkflow:
 
     async def _close_session(self, session_id: str) -> None:
         # The run is over: its scratch directory goes (best-effort, never fails the run).
+        if workflow.patched(_PATCH_LOCAL_CLEANUP):
+            # A local activity: no server round trip at the end of every run. It runs on the
+            # worker of this workflow task, which is as good a guess as any worker of the
+            # queue (scratch directories live on whichever workers ran the tools).
+            await workflow.execute_local_activity(
+                SESSION_CLEANUP,
+                CloseSessionInput(session_id=session_id),
+                result_type=bool,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )
+            return
         await workflow.execute_activity(
             SESSION_CLEANUP,
             CloseSessionInput(session_id=session_id),
