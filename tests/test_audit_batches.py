@@ -131,3 +131,29 @@ async def test_many_events_make_a_batch_without_waiting_for_the_interval(
     assert len(events) == 242
     assert audit_writes(history) == 2
     assert [e.seq for e in events] == list(range(242))
+
+
+@tool
+def bulky(n: int) -> str:
+    """Return about 150 KB of text."""
+    return f"{n}:" + "x" * 150_000
+
+
+async def test_a_final_write_too_big_for_one_batch_goes_in_several(stack: StackFactory) -> None:
+    # Four outputs of ~150 KB stay pending until the end (interval never reached); one
+    # batch carries at most 256 KB, so the final write takes several, the status last.
+    async with stack(Host([bulky])) as tt:
+        turn = await tt.run_turn(
+            [ToolCall(f"c{i}", "bulky", {"n": i}) for i in range(4)],
+            session_id="b-5",
+            config=RunConfig(audit_interval_s=3600),
+        )
+        history = await tt.client.get_workflow_handle(turn.turn_id).fetch_history()
+        events = await tt.audit(turn.turn_id)
+        record = await tt.store.turn(turn.turn_id)
+    assert audit_writes(history) >= 3
+    assert [e.seq for e in events] == list(range(len(events)))
+    posts = [e for e in events if e.kind == "tool_post"]
+    assert [len(e.payload["output"]) for e in posts] == [150_002] * 4
+    assert events[-1].kind == "turn_end"
+    assert record is not None and (record.status, record.call_count) == ("completed", 4)
