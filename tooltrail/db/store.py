@@ -54,9 +54,18 @@ def _prepared(session: AsyncSession, name: str, build: Callable[[Any], Any]) -> 
     dialect = session.get_bind().dialect.name
     stmt = _STATEMENTS.get((dialect, name))
     if stmt is None:
-        stmt = build(postgresql.insert if dialect == "postgresql" else sqlite.insert)
+        stmt = build(_dialect_insert(session))
         _STATEMENTS[dialect, name] = stmt
     return stmt
+
+
+def _dialect_insert(session: AsyncSession) -> Callable[[Any], Any]:
+    """The ``insert`` of the session's dialect (both have ``on_conflict_do_*``)."""
+    return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+
+
+def _insert(session: AsyncSession, table: Any) -> Any:
+    return _dialect_insert(session)(table)
 
 
 def _turn_upsert(insert: Any) -> Any:
@@ -78,12 +87,6 @@ def _session_state_upsert(insert: Any) -> Any:
         set_={k: stmt.excluded[k] for k in ("version", "state", "last_turn_id", "updated_at")},
         where=SessionStateRow.__table__.c.version < stmt.excluded.version,
     )
-
-
-def _insert(session: AsyncSession, table: Any) -> Any:
-    if session.get_bind().dialect.name == "postgresql":
-        return postgresql.insert(table)
-    return sqlite.insert(table)
 
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -415,10 +418,13 @@ async def load_conversation(
 
 async def put_blob(session: AsyncSession, *, key: str, output: Any, size: int) -> None:
     """Store a large output under its content hash (once)."""
-    stmt = _insert(session, BlobRow).values(
-        key=key, size=size, content={"output": output}, created_at=datetime.now(UTC)
+    row = {"key": key, "size": size, "content": {"output": output}, "created_at": datetime.now(UTC)}
+    stmt = _prepared(
+        session,
+        "blob",
+        lambda insert: insert(BlobRow.__table__).on_conflict_do_nothing(index_elements=["key"]),
     )
-    await session.execute(stmt.on_conflict_do_nothing(index_elements=["key"]))
+    await session.execute(stmt, row)
 
 
 async def get_blobs(session: AsyncSession, *, keys: Sequence[str]) -> dict[str, Any]:
