@@ -213,6 +213,9 @@ class ToolActivities:
         return outcome
 
     async def _execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
+        if inp.flush is None:
+            # Turns with audit batches send no records here (the common case).
+            return await self._run(inp)
         # The pending records are written while the attempt runs, not before it: the write
         # is off the call's critical path. Observers still get them in seq order (one flush
         # is in flight per turn), and the outcome reports only once the write has ended.
