@@ -10,6 +10,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 
 from tests.conftest import StackFactory
+from tests.faults.history import intervals, max_overlap
 from tests.llm_server import LLMServer, openai_completion
 from tooltrail import Host, RunConfig, TurnCancelled, TurnFailed, tool
 from tooltrail.llm.openai import OpenAIChatClient
@@ -152,19 +153,6 @@ async def pause_alone(ms: int) -> str:
     return f"paused {ms}"
 
 
-def peak_overlap(events: list[Any]) -> int:
-    """The most tool bodies that ran at once, from the posts' start and end times."""
-    points = []
-    for e in events:
-        if e.kind == "tool_post" and e.payload.get("started_at"):
-            points += [(e.payload["started_at"], 1), (e.payload["finished_at"], -1)]
-    running = peak = 0
-    for _, step in sorted(points):
-        running += step
-        peak = max(peak, running)
-    return peak
-
-
 @pytest.mark.parametrize(("name", "expected"), [("pause", 3), ("pause_alone", 1)])
 async def test_agent_turns_dispatch_in_parallel_by_the_tools_declarations(
     stack: StackFactory, name: str, expected: int
@@ -179,7 +167,7 @@ async def test_agent_turns_dispatch_in_parallel_by_the_tools_declarations(
         result = await tt.run_agent("rest", session_id=f"agent-par-{name}", config=config)
         events = await tt.audit(result.turns[0])
     assert result.text == "rested"
-    assert peak_overlap(events) == expected
+    assert max_overlap(list(intervals(events).values())) == expected
 
 
 async def test_the_worker_gives_the_model_its_catalog_and_no_turn_history_holds_it(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
 from tests.conftest import StackFactory
+from tests.faults.history import local_activities
 from tooltrail import (
     AlwaysRecoverable,
     FixedDelay,
@@ -42,16 +42,7 @@ def wobbly() -> str:
 
 def audit_writes(history: WorkflowHistory) -> int:
     """How many audit batches the turn wrote (local activity markers)."""
-    count = 0
-    for e in history.events:
-        attrs = e.marker_recorded_event_attributes
-        if (
-            e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
-            and attrs.marker_name == "core_local_activity"
-        ):
-            data = json.loads(attrs.details["data"].payloads[0].data)
-            count += data["activity_type"] == AUDIT_RECORD
-    return count
+    return sum(data["activity_type"] == AUDIT_RECORD for data in local_activities(history))
 
 
 def activity_inputs(history: WorkflowHistory) -> bytes:

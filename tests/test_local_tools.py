@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 import pytest
@@ -10,6 +9,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
 from tests.conftest import StackFactory
+from tests.faults.history import local_activities
 from tooltrail import Host, RunConfig, ToolCall, ToolDefinitionError, ToolError, tool
 from tooltrail.wire import AUDIT_RECORD, TOOL_EXECUTE
 
@@ -53,15 +53,7 @@ def scheduled(history: WorkflowHistory) -> list[str]:
 
 def local_markers(history: WorkflowHistory) -> list[str]:
     """The activity types of the local activities the history holds."""
-    types = []
-    for e in history.events:
-        attrs = e.marker_recorded_event_attributes
-        if (
-            e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
-            and attrs.marker_name == "core_local_activity"
-        ):
-            types.append(json.loads(attrs.details["data"].payloads[0].data)["activity_type"])
-    return types
+    return [data["activity_type"] for data in local_activities(history)]
 
 
 async def test_local_tool_runs_without_a_scheduled_activity(stack: StackFactory) -> None:

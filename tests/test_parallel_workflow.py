@@ -7,12 +7,12 @@ the tool body actually started and finished on the worker.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 from typing import Any
 
 import pytest
 
 from tests.conftest import StackFactory
+from tests.faults.history import intervals, max_overlap
 from tooltrail import (
     AlwaysRecoverable,
     FixedDelay,
@@ -55,26 +55,6 @@ async def write(path: str) -> str:
     """Touch a resource."""
     await asyncio.sleep(0.05)
     return f"wrote {path}"
-
-
-def intervals(events: list[Any]) -> dict[str, tuple[datetime, datetime]]:
-    return {
-        e.tool_call_id: (
-            datetime.fromisoformat(e.payload["started_at"]),
-            datetime.fromisoformat(e.payload["finished_at"]),
-        )
-        for e in events
-        if e.kind == "tool_post" and e.payload.get("started_at")
-    }
-
-
-def max_overlap(spans: list[tuple[datetime, datetime]]) -> int:
-    points = sorted([(s, 1) for s, _ in spans] + [(f, -1) for _, f in spans])
-    running = peak = 0
-    for _, step in points:
-        running += step
-        peak = max(peak, running)
-    return peak
 
 
 async def turn_events(tt: Tooltrail, calls: list[ToolCall], config: RunConfig) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Collection, Sequence
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -14,7 +15,15 @@ from temporalio.client import WorkflowHistory
 
 from tooltrail.wire import AuditEvent
 
-__all__ = ["activity_attempts", "assert_exactly_once", "expected_kinds", "require"]
+__all__ = [
+    "activity_attempts",
+    "assert_exactly_once",
+    "expected_kinds",
+    "intervals",
+    "local_activities",
+    "max_overlap",
+    "require",
+]
 
 
 def activity_attempts(history: WorkflowHistory, activity_type: str) -> list[int]:
@@ -26,10 +35,7 @@ def activity_attempts(history: WorkflowHistory, activity_type: str) -> list[int]
     """
     local = [
         data["attempt"]
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
-        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
-        for data in [_marker_data(e.marker_recorded_event_attributes.details["data"])]
+        for data in local_activities(history)
         if data.get("activity_type") == activity_type
     ]
     scheduled = {
@@ -46,10 +52,42 @@ def activity_attempts(history: WorkflowHistory, activity_type: str) -> list[int]
     ]
 
 
+def local_activities(history: WorkflowHistory) -> list[dict[str, Any]]:
+    """The data of every local activity's marker, in order (``activity_type``, ``attempt``...)."""
+    return [
+        _marker_data(e.marker_recorded_event_attributes.details["data"])
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]
+
+
 def _marker_data(payloads: Payloads) -> dict[str, Any]:
     # Core writes the marker's data as one JSON payload.
     data: dict[str, Any] = json.loads(payloads.payloads[0].data)
     return data
+
+
+def intervals(events: Sequence[AuditEvent]) -> dict[str, tuple[datetime, datetime]]:
+    """Each call's body start and end (worker clock), from its ``tool_post`` events."""
+    return {
+        e.tool_call_id: (
+            datetime.fromisoformat(e.payload["started_at"]),
+            datetime.fromisoformat(e.payload["finished_at"]),
+        )
+        for e in events
+        if e.tool_call_id is not None and e.kind == "tool_post" and e.payload.get("started_at")
+    }
+
+
+def max_overlap(spans: Sequence[tuple[datetime, datetime]]) -> int:
+    """The most spans open at once."""
+    points = sorted([(s, 1) for s, _ in spans] + [(f, -1) for _, f in spans])
+    running = peak = 0
+    for _, step in points:
+        running += step
+        peak = max(peak, running)
+    return peak
 
 
 def expected_kinds(
