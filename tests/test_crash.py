@@ -15,6 +15,7 @@ import uuid
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -50,6 +51,42 @@ async def start_worker_process(
     return proc
 
 
+async def echo_around_a_killer(
+    temporal_env: WorkflowEnvironment, sqlite_url: str, tool_name: str
+) -> tuple[Any, list[Any], Any]:
+    """Run echo, ``tool_name`` (which kills the worker process running it), echo.
+
+    A worker process starts the turn and dies in ``tool_name``; a second worker takes over
+    once Temporal notices (a lost heartbeat, or a workflow task that timed out). Returns
+    the turn's output, its audit events and its history.
+    """
+    address = temporal_env.client.service_client.config.target_host
+    task_queue = f"crash-{uuid.uuid4()}"
+    store = AuditStore(sqlite_url)
+    tt = Tooltrail(temporal_env.client, crash_tools.host, task_queue=task_queue, store=store)
+    try:
+        doomed = await start_worker_process(address, task_queue, sqlite_url)
+        handle = await tt.start_turn(
+            [
+                ToolCall("c1", "echo", {"text": "before"}),
+                ToolCall("c2", tool_name, {}),
+                ToolCall("c3", "echo", {"text": "after"}),
+            ],
+            session_id=f"crash-{tool_name}",
+            config=RunConfig(heartbeat_timeout_s=2),
+        )
+        assert await asyncio.wait_for(doomed.wait(), timeout=60) == -9
+        async with build_worker(
+            temporal_env.client, crash_tools.host, task_queue=task_queue, store=store
+        ):
+            turn = await asyncio.wait_for(handle.result(), timeout=60)
+        events = await tt.audit(turn.turn_id)
+        history = await handle.workflow_handle.fetch_history()
+    finally:
+        await store.close()
+    return turn, events, history
+
+
 @pytest.mark.parametrize(
     ("tool_name", "expected_output", "expected_runs"),
     [
@@ -72,31 +109,7 @@ async def test_worker_killed_mid_attempt(
     expected_runs: int,
 ) -> None:
     monkeypatch.setenv("TOOLTRAIL_CRASH_DIR", str(tmp_path))
-    address = temporal_env.client.service_client.config.target_host
-    task_queue = f"crash-{uuid.uuid4()}"
-    store = AuditStore(sqlite_url)
-    tt = Tooltrail(temporal_env.client, crash_tools.host, task_queue=task_queue, store=store)
-    try:
-        doomed = await start_worker_process(address, task_queue, sqlite_url)
-        handle = await tt.start_turn(
-            [
-                ToolCall("c1", "echo", {"text": "before"}),
-                ToolCall("c2", tool_name, {}),
-                ToolCall("c3", "echo", {"text": "after"}),
-            ],
-            session_id="crash",
-            config=RunConfig(heartbeat_timeout_s=2),
-        )
-        assert await asyncio.wait_for(doomed.wait(), timeout=60) == -9
-        # A second worker takes over once Temporal notices the lost heartbeat.
-        async with build_worker(
-            temporal_env.client, crash_tools.host, task_queue=task_queue, store=store
-        ):
-            turn = await asyncio.wait_for(handle.result(), timeout=60)
-        events = await tt.audit(turn.turn_id)
-        history = await handle.workflow_handle.fetch_history()
-    finally:
-        await store.close()
+    turn, events, history = await echo_around_a_killer(temporal_env, sqlite_url, tool_name)
 
     assert [r.output for r in turn.results] == ["before", expected_output, "after"]
     assert turn.results[1].is_error is (tool_name == "fragile_once")
@@ -129,28 +142,7 @@ async def test_worker_killed_mid_local_attempt(
     # @tool(local=True)'s documented trade-off: the attempt ran inside the lost worker's
     # workflow task, so the worker that takes over (once that task times out) runs it again.
     monkeypatch.setenv("TOOLTRAIL_CRASH_DIR", str(tmp_path))
-    address = temporal_env.client.service_client.config.target_host
-    task_queue = f"crash-{uuid.uuid4()}"
-    store = AuditStore(sqlite_url)
-    tt = Tooltrail(temporal_env.client, crash_tools.host, task_queue=task_queue, store=store)
-    try:
-        doomed = await start_worker_process(address, task_queue, sqlite_url)
-        handle = await tt.start_turn(
-            [
-                ToolCall("c1", "echo", {"text": "before"}),
-                ToolCall("c2", "fragile_local", {}),
-                ToolCall("c3", "echo", {"text": "after"}),
-            ],
-            session_id="crash-local",
-        )
-        assert await asyncio.wait_for(doomed.wait(), timeout=60) == -9
-        async with build_worker(
-            temporal_env.client, crash_tools.host, task_queue=task_queue, store=store
-        ):
-            turn = await asyncio.wait_for(handle.result(), timeout=60)
-        events = await tt.audit(turn.turn_id)
-    finally:
-        await store.close()
+    turn, events, _ = await echo_around_a_killer(temporal_env, sqlite_url, "fragile_local")
 
     assert [r.output for r in turn.results] == ["before", "fragile_local survived", "after"]
     assert crash_tools.runs("fragile_local") == 2
