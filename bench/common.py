@@ -10,7 +10,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -21,6 +21,7 @@ from temporalio.client import Client
 
 import tooltrail
 from tooltrail import Host, Tooltrail
+from tooltrail.embedded import DEV_SERVER_ARGS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # Rich falls back to 80 columns when stdout is not a terminal (make, CI, a pipe): wide tables
@@ -29,10 +30,13 @@ console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS")
 
 
 @contextlib.asynccontextmanager
-async def embedded(host: Host) -> AsyncIterator[Tooltrail]:
+async def embedded(
+    host: Host, server_args: Sequence[str] = DEV_SERVER_ARGS
+) -> AsyncIterator[Tooltrail]:
     """The embedded dev server (with tooltrail's settings), a worker and a fresh SQLite file."""
     with tempfile.TemporaryDirectory() as tmp:
-        async with tooltrail.local(host, database_url=f"sqlite:///{tmp}/bench.db") as tt:
+        url = f"sqlite:///{tmp}/bench.db"
+        async with tooltrail.local(host, database_url=url, server_args=server_args) as tt:
             yield tt
 
 

@@ -16,21 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from temporalio.worker import Worker
 
-from bench.common import median, report, timed
+from bench.common import embedded, median, report, timed
 from bench.floor import FloorWorkflow, noop
 from tooltrail import Host, ToolCall, ToolContext, Tooltrail, tool
-from tooltrail.db.migrate import upgrade
-from tooltrail.db.store import AuditStore
-from tooltrail.embedded import DEV_SERVER_ARGS, start_dev_server
+from tooltrail.embedded import DEV_SERVER_ARGS
 from tooltrail.scratch import ScratchDirs
-from tooltrail.worker import build_worker
 
 REPEAT = 15
 SHAPES = (1, 50)
@@ -57,24 +53,11 @@ async def direct(calls: int) -> None:
 @contextlib.asynccontextmanager
 async def server(extra_args: Sequence[str]) -> AsyncIterator[Tooltrail]:
     """A dev server with ``extra_args``, a tooltrail worker and a floor worker, SQLite audit."""
-    env = await start_dev_server(extra_args=extra_args)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            url = f"sqlite:///{tmp}/bench.db"
-            await upgrade(url)
-            store = AuditStore(url)
-            host = Host([nothing, nothing_local])
-            tt = Tooltrail(env.client, host, task_queue="bench", store=store)
-            async with (
-                build_worker(env.client, host, task_queue="bench", store=store),
-                Worker(
-                    env.client, task_queue="floor", workflows=[FloorWorkflow], activities=[noop]
-                ),
-            ):
-                yield tt
-            await store.close()
-    finally:
-        await env.shutdown()
+    async with (
+        embedded(Host([nothing, nothing_local]), server_args=extra_args) as tt,
+        Worker(tt.client, task_queue="floor", workflows=[FloorWorkflow], activities=[noop]),
+    ):
+        yield tt
 
 
 async def measure(tt: Tooltrail, calls: int) -> dict[str, float]:

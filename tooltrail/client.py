@@ -35,7 +35,7 @@ from tooltrail.config import RunConfig
 from tooltrail.db.migrate import check_schema, upgrade
 from tooltrail.db.store import AuditStore, TurnSummary
 from tooltrail.dispatcher import ToolDispatcher
-from tooltrail.embedded import start_dev_server
+from tooltrail.embedded import DEV_SERVER_ARGS, start_dev_server
 from tooltrail.errors import (
     ConfigurationError,
     LoopDetected,
@@ -570,6 +570,7 @@ async def local(
     ui_port: int | None = None,
     port: int | None = None,
     server_db_filename: str | None = None,
+    server_args: Sequence[str] = DEV_SERVER_ARGS,
 ) -> AsyncIterator[Tooltrail]:
     """Run everything in-process: the embedded Temporal dev server, a worker and the database.
 
@@ -585,11 +586,19 @@ async def local(
         ui_port: the UI's port (default: any free port).
         port: the Temporal frontend's port (default: any free port).
         server_db_filename: keep the server's state in this SQLite file (default: memory).
+        server_args: the dev server's own arguments (default: tooltrail's tuning,
+            ``DEV_SERVER_ARGS``; ``()`` runs it with Temporal's defaults).
     """
     wired = Host.coerce(host)
     url = database_url or wired.database_url or Settings().effective_database_url()
     await upgrade(url)
-    env = await start_dev_server(port=port, ui=ui, ui_port=ui_port, db_filename=server_db_filename)
+    env = await start_dev_server(
+        port=port,
+        ui=ui,
+        ui_port=ui_port,
+        db_filename=server_db_filename,
+        extra_args=server_args,
+    )
     # The embedded server's client, with the configured codec and tracing.
     options = settings_client_options(Settings())
     options.pop("api_key", None)
