@@ -123,6 +123,14 @@ def _compile_patterns(patterns: Iterable[object]) -> tuple[re.Pattern[str], ...]
     return tuple(compiled)
 
 
+def _check_limits(guard: Guard | InputGuard) -> None:
+    """Check a guard's declared limits, normalize them and compile its patterns."""
+    object.__setattr__(guard, "max_length", _check_max_length(guard.max_length))
+    declared = _declared_patterns(guard.blocked_patterns)
+    object.__setattr__(guard, "blocked_patterns", declared)
+    object.__setattr__(guard, "_compiled", _compile_patterns(declared))
+
+
 def _check_max_length(max_length: object) -> int | None:
     if max_length is None:
         return None
@@ -167,10 +175,7 @@ class Guard:
     )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "max_length", _check_max_length(self.max_length))
-        declared = _declared_patterns(self.blocked_patterns)
-        object.__setattr__(self, "blocked_patterns", declared)
-        object.__setattr__(self, "_compiled", _compile_patterns(declared))
+        _check_limits(self)
 
     @property
     def limits(self) -> Limits:
@@ -211,10 +216,7 @@ class InputGuard:
     )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "max_length", _check_max_length(self.max_length))
-        declared = _declared_patterns(self.blocked_patterns)
-        object.__setattr__(self, "blocked_patterns", declared)
-        object.__setattr__(self, "_compiled", _compile_patterns(declared))
+        _check_limits(self)
         for name in ("raw_validators", "validators"):
             value = getattr(self, name)
             funcs = (value,) if callable(value) else tuple(value)
