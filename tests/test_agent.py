@@ -184,14 +184,14 @@ async def test_the_worker_gives_the_model_its_catalog_and_no_turn_history_holds_
     async with stack(Host([add, pause], model=ScriptedModel([step, step]))) as tt:
         result = await tt.run_agent("add", session_id="agent-catalog")
         inputs = [
-            (await tt.client.get_workflow_handle(turn).fetch_history())
+            (await tt.client.get_workflow_handle(workflow_id).fetch_history())
             .events[0]
             .workflow_execution_started_event_attributes.input.payloads[0]
             .data
-            for turn in result.turns
+            for workflow_id in [result.run_id, *result.turns]
         ]
     assert result.text == "3"
     assert seen == [["add", "pause"], ["add", "pause"]]
     # The schemas (with their descriptions) are built by the worker, not carried per turn.
     assert inputs and all(b"Sleep, then answer." not in data for data in inputs)
-    assert all(b'"catalog":null' in data for data in inputs)
+    assert all(b'"catalog":null' in data for data in inputs[1:])

@@ -459,7 +459,6 @@ class Tooltrail:
             session_id=session_id,
             messages=opening,
             settings=settings,
-            catalog=self.host.registry.openai_tools(),
             advertised=self.host.registry.names(),
             config=config,
             tools=self.host.tool_meta(),

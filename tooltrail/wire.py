@@ -493,6 +493,7 @@ class AgentRunInput(BaseModel):
     """The opening messages (system, user); later segments of the run carry nothing here."""
     settings: ModelSettings = Field(default_factory=ModelSettings)
     catalog: list[dict[str, Any]] = Field(default_factory=list)
+    """Unused: a run's turns offer the worker's own catalog (older runs carried it here)."""
     advertised: list[str] = Field(default_factory=list)
     config: RunConfig = Field(default_factory=RunConfig)
     tools: dict[str, ToolMeta] = Field(default_factory=dict)
