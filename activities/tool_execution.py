@@ -203,6 +203,9 @@ class ToolActivities:
     @activity.defn(name=TOOL_EXECUTE)
     async def execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
         """Write pending audit records, then run one attempt: pre hooks, body, post hooks."""
+        if not inp.turn_id:
+            # The workflow leaves its own id out (every byte of the input is history).
+            inp.turn_id = activity.info().workflow_id or ""
         # Every log line of this attempt names the turn, the call and the attempt.
         with call_context(inp.turn_id, inp.tool_call_id, inp.attempt):
             outcome = await self._execute(inp)
@@ -210,6 +213,12 @@ class ToolActivities:
             if inp.attempt > 0:
                 record_retry(inp.tool_name)
             record_call(outcome.resolved_tool_name, outcome.is_error, outcome.duration_ms)
+        # What the workflow knows goes back unsaid: the requested tool's name, and the
+        # reflector of a success (only failures consult it).
+        if outcome.resolved_tool_name == inp.tool_name:
+            outcome.resolved_tool_name = ""
+        if not outcome.is_error:
+            outcome.reflector = None
         return outcome
 
     async def _execute(self, inp: ExecuteAttempt) -> AttemptOutcome:

@@ -344,6 +344,10 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "agent_run_batched": (agent_run, Host(TOOLS, model=agent_model())),
     "agent_run_local_cleanup": (agent_run, Host(TOOLS, model=agent_model())),
     "model_turn_batched": (agent_turn, Host(TOOLS, model=agent_model())),
+    # The compact wire (packed times, unsaid turn id, tool name and success flags).
+    "compact_wire_retries": (batched_audit, Host(TOOLS, reflector=AlwaysRecoverable())),
+    "compact_wire_corrections": (corrections, Host(TOOLS, reflector=FixThenSwitch())),
+    "compact_wire_model_turn": (agent_turn, Host(TOOLS, model=agent_model())),
     "model_turn_parallel": (
         parallel_model_turn,
         Host(

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import json
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from tooltrail.dispatcher import DispatchRecord
-from tooltrail.results import ToolDispatchResult
+from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.wire import (
     DISPATCH_FIELDS,
     AttemptOutcome,
     ExecuteAttempt,
     Flush,
+    TurnInput,
     TurnOutput,
     TurnRecord,
     pack_dispatch,
@@ -81,7 +83,7 @@ def test_a_packed_dispatch_record_unpacks_to_the_same_record(changes: dict[str, 
 
 
 def test_packing_leaves_only_what_the_workflow_cannot_know() -> None:
-    assert set(pack_dispatch(record(), **CONTEXT)) == {"status", "started_at", "finished_at"}
+    assert set(pack_dispatch(record(), **CONTEXT)) == {"started_at", "finished_at"}
 
 
 def test_extra_keys_and_whole_records_pass_through() -> None:
@@ -92,9 +94,9 @@ def test_extra_keys_and_whole_records_pass_through() -> None:
 
 
 def test_outcomes_leave_their_defaults_out_and_get_them_back() -> None:
-    outcome = AttemptOutcome(output="hi", is_error=False, duration_ms=1.5, resolved_tool_name="e")
+    outcome = AttemptOutcome(output="hi", is_error=True, duration_ms=1.5, resolved_tool_name="e")
     data, decoded = through_temporal(outcome, AttemptOutcome)
-    assert data == b'{"output":"hi","is_error":false,"duration_ms":1.5,"resolved_tool_name":"e"}'
+    assert data == b'{"output":"hi","is_error":true,"duration_ms":1.5,"resolved_tool_name":"e"}'
     assert decoded == outcome
     # A value equal to its default is left out whether it was set or not.
     flagged = outcome.model_copy(update={"breaker_refused": True, "post_hook_errors": ["x"]})
@@ -141,6 +143,103 @@ def test_turn_results_leave_unset_optionals_out() -> None:
     data, decoded = through_temporal(output, TurnOutput)
     assert b"output_ref" not in data
     assert data.count(b"display_hint") == 1
+    assert data.count(b"is_error") == 1  # a success's is_error goes unsaid
+    assert b"assistant" not in data and b"session" not in data
     assert decoded == output
     # The results' own dumps (audit payloads) keep every field.
     assert "output_ref" in output.results[0].model_dump(mode="json")
+
+
+STARTED = datetime(2026, 11, 29, 12, 0, 0, 123456, tzinfo=UTC)
+DISPATCHED = record(
+    started_at=STARTED + timedelta(microseconds=159), finished_at=STARTED + timedelta(seconds=1)
+)
+
+
+def ran(**changes: Any) -> AttemptOutcome:
+    """An attempt's outcome as the tool activity returns it, with a dispatch record."""
+    base = AttemptOutcome(
+        output="hi",
+        duration_ms=0.427,
+        started_at=STARTED,
+        finished_at=STARTED + timedelta(microseconds=704),
+        dispatch=pack_dispatch(DISPATCHED, **CONTEXT),
+    )
+    return base.model_copy(update=changes)
+
+
+def test_an_outcomes_times_travel_as_microseconds_and_come_back_exact() -> None:
+    outcome = ran()
+    data, decoded = through_temporal(outcome, AttemptOutcome)
+    assert data == b'{"output":"hi","dispatch":{},"t":[1795953600123456,704,427,159,1000000]}'
+    assert decoded == outcome
+    full = unpack_dispatch(decoded.dispatch or {}, **CONTEXT)
+    assert full == DISPATCHED
+    assert list(full) == list(DISPATCHED)
+    assert full["started_at"] == "2026-11-29T12:00:00.123615Z"
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"duration_ms": 0.4271},  # finer than microseconds: the float stays as it is
+        {"started_at": datetime(2026, 11, 29, 13, 0, tzinfo=timezone(timedelta(hours=1)))},
+        {"finished_at": None},
+        {"dispatch": None},
+        {"dispatch": {"status": "ok", "started_at": "2026-11-29T12:00:00+00:00"}},
+        {"dispatch": {"started_at": "2026-11-29T12:00:00.5Z", "finished_at": "soon"}},
+    ],
+)
+def test_times_that_do_not_pack_exactly_travel_as_they_are(changes: dict[str, Any]) -> None:
+    outcome = ran(**changes)
+    _, decoded = through_temporal(outcome, AttemptOutcome)
+    assert decoded == outcome
+
+
+def test_outcomes_of_older_workers_still_decode() -> None:
+    # As recorded in tests/histories/ before the times were packed.
+    old = (
+        b'{"output":"c1","is_error":false,"duration_ms":0.427,"resolved_tool_name":"nothing",'
+        b'"reflector":"noop","started_at":"2026-11-30T00:36:57.354473Z",'
+        b'"finished_at":"2026-11-30T00:36:57.355177Z","dispatch":{"status":"ok",'
+        b'"started_at":"2026-11-30T00:36:57.354632Z","finished_at":"2026-11-30T00:36:57.354936Z"}}'
+    )
+    decoded = AttemptOutcome.model_validate_json(old)
+    assert decoded.resolved_tool_name == "nothing"
+    assert decoded.reflector == "noop"
+    assert decoded.started_at == datetime(2026, 11, 30, 0, 36, 57, 354473, tzinfo=UTC)
+    full = unpack_dispatch(decoded.dispatch or {}, **CONTEXT)
+    assert full["status"] == "ok"
+    assert full["started_at"] == "2026-11-30T00:36:57.354632Z"
+    # A failure from an older worker with a custom reflector said nothing of it: still custom.
+    failed = AttemptOutcome.model_validate_json(
+        b'{"output":"x","is_error":true,"duration_ms":1.0,"resolved_tool_name":"e"}'
+    )
+    assert failed.reflector is None
+
+
+def test_the_attempt_request_leaves_its_turn_and_first_attempt_unsaid() -> None:
+    request = ExecuteAttempt(session_id="s1", tool_call_id="c1", tool_name="e", arguments={})
+    data, decoded = through_temporal(request, ExecuteAttempt)
+    assert data == b'{"session_id":"s1","tool_call_id":"c1","tool_name":"e","arguments":{}}'
+    assert (decoded.turn_id, decoded.attempt) == ("", 0)
+    # A turn that keeps every output in the history says so.
+    keep_all = request.model_copy(update={"large_output_bytes": 0})
+    data, decoded = through_temporal(keep_all, ExecuteAttempt)
+    assert b'"large_output_bytes":0' in data
+    assert decoded.large_output_bytes == 0
+
+
+def test_a_turn_input_leaves_what_it_does_not_use_out() -> None:
+    turn = TurnInput(session_id="s1", calls=[ToolCall("c1", "e", {})], advertised=["e"])
+    data, decoded = through_temporal(turn, TurnInput)
+    assert set(json.loads(data)) == {
+        "session_id",
+        "calls",
+        "advertised",
+        "config",
+        "features",
+        "session",
+    }
+    assert b'"config":{' in data  # nested settings travel whole, defaults and all
+    assert decoded == turn

@@ -8,7 +8,10 @@ from pydantic import BaseModel, Field
 
 from tooltrail.recovery import ExponentialBackoff, RecoveryStrategy
 
-__all__ = ["LoopDetection", "RunConfig"]
+__all__ = ["LARGE_OUTPUT_BYTES", "LoopDetection", "RunConfig"]
+
+LARGE_OUTPUT_BYTES = 256 * 1024
+"""Default of ``RunConfig.large_output_bytes``."""
 
 
 class LoopDetection(BaseModel):
@@ -44,7 +47,7 @@ class RunConfig(BaseModel):
     max_argument_bytes: int = Field(default=512 * 1024, gt=0)
     """A call whose arguments are larger is answered with a soft error and never dispatched:
     Temporal refuses payloads over 2 MiB, and a refused command would stall the turn."""
-    large_output_bytes: int = Field(default=256 * 1024, ge=0)
+    large_output_bytes: int = Field(default=LARGE_OUTPUT_BYTES, ge=0)
     """Outputs above this size stay out of workflow history: the database keeps them and
     the history carries a reference (0 disables)."""
     interactive: bool = False

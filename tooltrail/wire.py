@@ -7,7 +7,7 @@ activity breaks every turn in flight. Pure module: workflow code imports it.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import (
@@ -15,11 +15,12 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     field_serializer,
+    field_validator,
     model_serializer,
     model_validator,
 )
 
-from tooltrail.config import RunConfig
+from tooltrail.config import LARGE_OUTPUT_BYTES, RunConfig
 from tooltrail.detection import LoopDetector
 from tooltrail.hooks import HookDecision
 from tooltrail.llm.messages import Message, ModelResponse, Usage
@@ -170,7 +171,8 @@ def _plain_defaults(cls: type[BaseModel]) -> dict[str, Any]:
             if field.is_required():
                 continue
             default = field.get_default(call_default_factory=True)
-            if default is None or isinstance(default, bool | int | float | str) or default == []:
+            plain = default is None or isinstance(default, bool | int | float | str)
+            if plain or default in ([], {}):
                 found[name] = default
         _PLAIN_DEFAULTS[cls] = found
     return found
@@ -179,8 +181,11 @@ def _plain_defaults(cls: type[BaseModel]) -> dict[str, Any]:
 class Compact(BaseModel):
     """A model serialized without the fields that hold their default value.
 
-    For the envelopes that cross Temporal once per tool call: every byte of them is stored
-    in the workflow history, and decoding fills the defaults back in.
+    For the envelopes that cross Temporal once per tool call or turn: every byte of them is
+    stored in the workflow history, and decoding fills the defaults back in. So these
+    defaults are part of the wire format: changing one changes what recorded histories
+    decode to (and how they replay). Only plain defaults are left out (``None``, ``False``,
+    numbers, texts, empty lists and dicts); nested models always travel whole.
     """
 
     @model_serializer(mode="wrap")
@@ -190,7 +195,11 @@ class Compact(BaseModel):
             for name, default in _plain_defaults(type(self)).items():
                 if name in data and data[name] == default:
                     del data[name]
+            self._pack(data)
         return data
+
+    def _pack(self, data: dict[str, Any]) -> None:
+        """Shorten ``data`` (this model's dump) further; the model's validator undoes it."""
 
 
 class Flush(Compact):
@@ -252,7 +261,7 @@ class ShadowPlan(BaseModel):
     """The loop detector as the original turn started, when it was recorded."""
 
 
-class TurnInput(BaseModel):
+class TurnInput(Compact):
     """Input of ``TurnWorkflow``."""
 
     session_id: str
@@ -281,7 +290,7 @@ class TurnInput(BaseModel):
     """Start with a model call: its tool calls are the turn's calls (``calls`` is ignored)."""
 
 
-class TurnOutput(BaseModel):
+class TurnOutput(Compact):
     """Output of ``TurnWorkflow``: one result per call, in the model's order."""
 
     turn_id: str
@@ -298,30 +307,52 @@ class TurnOutput(BaseModel):
     def _compact_results(
         self, results: list[ToolDispatchResult], handler: SerializerFunctionWrapHandler
     ) -> Any:
-        # Unset optional fields are left out: the history holds every result once more.
+        # Unset optional fields and a success's is_error are left out: the history holds
+        # every result once more.
         data = handler(results)
         if isinstance(data, list):
             for item in data:
+                if not isinstance(item, dict):
+                    continue
                 for key in ("display_hint", "output_ref"):
-                    if isinstance(item, dict) and item.get(key, False) is None:
+                    if item.get(key, False) is None:
                         del item[key]
+                if item.get("is_error") is False:
+                    del item["is_error"]
         return data
+
+    @field_validator("results", mode="before")
+    @classmethod
+    def _results_said_in_full(cls, results: Any) -> Any:
+        if isinstance(results, list):
+            return [
+                {**item, "is_error": False}
+                if isinstance(item, dict) and "is_error" not in item
+                else item
+                for item in results
+            ]
+        return results
 
 
 class ExecuteAttempt(Compact):
     """Input of the ``tooltrail.tool.execute`` activity."""
 
-    turn_id: str
+    turn_id: str = ""
+    """Empty: the id of the workflow that scheduled the attempt (a turn's id is its
+    workflow's id, so the history need not hold it once per call)."""
     session_id: str
     tool_call_id: str
     tool_name: str
     arguments: dict[str, Any]
-    attempt: int
+    attempt: int = 0
     flush: Flush | None = None
     skip_pre_hooks: bool = False
     """True when a human already approved this attempt (interactive ``Ask``)."""
-    large_output_bytes: int = 0
-    """Outputs above this size are stored in the database, not returned (0: never)."""
+    large_output_bytes: int = LARGE_OUTPUT_BYTES
+    """Outputs above this size are stored in the database, not returned (0: never). The
+    default is ``RunConfig``'s, so the common case costs no history bytes. (Workers before
+    this default read a missing value as 0: an attempt they scheduled with 0 and a newer
+    worker ran keeps a large output in the database rather than in the history.)"""
     hooks_only: bool = False
     """Run the pre-tool hooks and stop: the loop detector refuses this attempt unless a hook
     blocks it first (hooks come before detection)."""
@@ -335,14 +366,18 @@ class AttemptOutcome(Compact):
     """Output of ``tooltrail.tool.execute``: the attempt's result, never a raised tool error."""
 
     output: str | list[Part]
-    is_error: bool
-    duration_ms: float
-    resolved_tool_name: str
+    is_error: bool = False
+    duration_ms: float = 0.0
+    resolved_tool_name: str = ""
+    """The tool that ran; empty on the wire when it is the requested one (the workflow
+    fills it in as it receives the outcome)."""
     display_hint: str | None = None
     flushed: bool = True
     """False when the audit database could not be written; the workflow sends the records again."""
-    reflector: Literal["noop", "custom"] = "custom"
-    """The worker's reflector: with ``noop`` the workflow knows the analysis without asking."""
+    reflector: Literal["noop", "custom"] | None = None
+    """The worker's reflector, told with failed attempts: with ``noop`` the workflow knows
+    the analysis without asking. ``None`` (successes, and failures from workers that left a
+    custom reflector unsaid) asks the reflector."""
     started_at: datetime | None = None
     """Wall-clock time the tool body started (worker clock), for the audit trail."""
     finished_at: datetime | None = None
@@ -363,6 +398,23 @@ class AttemptOutcome(Compact):
     """With ``output_ref``: the first characters of the output's text (for memory)."""
     post_hook_errors: list[str] = Field(default_factory=list)
     """Post-tool hooks that raised (logged and ignored)."""
+
+    def _pack(self, data: dict[str, Any]) -> None:
+        # The four timestamps and the duration as whole microseconds in one list ``t``:
+        # [started, finished - started, duration, dispatch started - started, dispatch
+        # finished - started]. ISO texts cost ~45 bytes each in every call's history.
+        times = _pack_times(self, data)
+        if times is not None:
+            for name in ("started_at", "finished_at", "duration_ms"):
+                data.pop(name, None)
+            data["t"] = times
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unpack(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "t" in data:
+            data = _unpack_times(data)
+        return data
 
 
 class RecordTurn(Compact):
@@ -565,6 +617,7 @@ def _implied_dispatch(
         "ignored_arguments": [],
         "effective_arguments": canonical_json(arguments),
         "idempotency_key": None,
+        "status": "ok",
         "text": None,
         "source_call_id": None,
         "lease_lost": False,
@@ -619,3 +672,79 @@ def unpack_dispatch(
     }
     full.update((k, v) for k, v in packed.items() if k not in full)
     return full
+
+
+# -- attempt timestamps on the wire -------------------------------------------------------
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICRO = timedelta(microseconds=1)
+
+
+def _micros(moment: datetime) -> int:
+    return (moment - _EPOCH) // _MICRO
+
+
+def _moment(micros: int) -> datetime:
+    return _EPOCH + micros * _MICRO
+
+
+def _iso_z(moment: datetime) -> str:
+    # The form pydantic gives a UTC datetime in JSON (the dispatch record's timestamps).
+    fraction = f".{moment.microsecond:06d}" if moment.microsecond else ""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
+
+
+def _exact_micros(text: Any) -> int | None:
+    """Microseconds of an ISO text that ``_iso_z`` writes back exactly; else ``None``."""
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.utcoffset() != timedelta(0) or _iso_z(moment) != text:
+        return None
+    return _micros(moment)
+
+
+def _pack_times(outcome: AttemptOutcome, data: dict[str, Any]) -> list[int] | None:
+    """The outcome's times as ``AttemptOutcome._pack`` lists them.
+
+    The dispatch record's two leave ``data`` when they pack exactly.
+    """
+    started, finished = outcome.started_at, outcome.finished_at
+    if started is None or finished is None or started.utcoffset() != timedelta(0):
+        return None
+    if finished.utcoffset() != timedelta(0):
+        return None
+    duration = round(outcome.duration_ms * 1000)
+    if duration / 1000 != outcome.duration_ms:
+        return None  # more digits than microseconds: keep the float as it is
+    base = _micros(started)
+    times = [base, _micros(finished) - base, duration]
+    dispatch = data.get("dispatch")
+    if isinstance(dispatch, dict):
+        begun = _exact_micros(dispatch.get("started_at"))
+        ended = _exact_micros(dispatch.get("finished_at"))
+        if begun is not None and ended is not None:
+            data["dispatch"] = {
+                k: v for k, v in dispatch.items() if k not in ("started_at", "finished_at")
+            }
+            times += [begun - base, ended - base]
+    return times
+
+
+def _unpack_times(data: dict[str, Any]) -> dict[str, Any]:
+    data = dict(data)
+    base, finished, duration, *dispatch_times = data.pop("t")
+    data["started_at"] = _moment(base)
+    data["finished_at"] = _moment(base + finished)
+    data["duration_ms"] = duration / 1000
+    if dispatch_times and isinstance(data.get("dispatch"), dict):
+        begun, ended = dispatch_times
+        data["dispatch"] = {
+            **data["dispatch"],
+            "started_at": _iso_z(_moment(base + begun)),
+            "finished_at": _iso_z(_moment(base + ended)),
+        }
+    return data

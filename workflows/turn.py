@@ -1133,7 +1133,6 @@ class TurnWorkflow:
         else:
             flush = self._flush()
         request = ExecuteAttempt(
-            turn_id=self._turn.turn_id,
             session_id=self._turn.session_id,
             tool_call_id=call.id,
             tool_name=tool_name,
@@ -1187,6 +1186,8 @@ class TurnWorkflow:
                 resolved_tool_name=tool_name,
                 flushed=False,
             )
+        if not outcome.resolved_tool_name:
+            outcome.resolved_tool_name = tool_name  # left unsaid: the requested tool ran
         if flush is not None:
             self._flushed(flush, written=outcome.flushed)
         return outcome
