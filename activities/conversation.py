@@ -17,7 +17,12 @@ from pydantic import TypeAdapter
 from temporalio import activity
 
 from activities.tool_execution import Recorder, heartbeating
-from tooltrail.db.store import append_messages, load_conversation, store_answer
+from tooltrail.db.store import (
+    append_messages,
+    load_conversation,
+    load_session_state,
+    store_answer,
+)
 from tooltrail.llm.errors import to_application_error
 from tooltrail.llm.messages import ModelClient, ModelRequest, ModelResponse
 from tooltrail.planner import CallVerdict
@@ -64,6 +69,11 @@ class ConversationActivities:
                 session, run_id=phase.run_id, start_seq=phase.start_seq, messages=phase.new_messages
             )
             stored = await load_conversation(session, run_id=phase.run_id, up_to=answer_seq)
+            state = (
+                None
+                if inp.session_id is None
+                else await load_session_state(session, session_id=inp.session_id)
+            )
         previous = next((answer for seq, _, answer in stored if seq == answer_seq), None)
         if previous is not None:
             return ModelTurnOutcome(
@@ -71,6 +81,7 @@ class ConversationActivities:
                 flushed=flushed,
                 reused=True,
                 verdicts=self._verdicts(inp, previous),
+                session=state,
             )
         messages = [message for seq, message, _ in stored if seq < answer_seq]
         refs = [m.content_ref for m in messages if m.content_ref]
@@ -98,7 +109,10 @@ class ConversationActivities:
         async with self.recorder.store.sessions.begin() as session:
             await store_answer(session, run_id=phase.run_id, seq=answer_seq, response=response)
         return ModelTurnOutcome(
-            response=response, flushed=flushed, verdicts=self._verdicts(inp, response)
+            response=response,
+            flushed=flushed,
+            verdicts=self._verdicts(inp, response),
+            session=state,
         )
 
     def _catalog(self, inp: ModelTurnRequest) -> list[dict[str, Any]]:

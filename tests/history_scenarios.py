@@ -347,7 +347,9 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     # The compact wire (packed times, unsaid turn id, tool name and success flags).
     "compact_wire_retries": (batched_audit, Host(TOOLS, reflector=AlwaysRecoverable())),
     "compact_wire_corrections": (corrections, Host(TOOLS, reflector=FixThenSwitch())),
-    "compact_wire_model_turn": (agent_turn, Host(TOOLS, model=agent_model())),
+    # Agent turns that read the session state and store their results (state_in_db).
+    "agent_run_state_in_db": (agent_run, Host(TOOLS, model=agent_model())),
+    "model_turn_state_in_db": (agent_turn, Host(TOOLS, model=agent_model())),
     "model_turn_parallel": (
         parallel_model_turn,
         Host(

@@ -8,11 +8,20 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHistory
 
 from tests.conftest import StackFactory
 from tests.faults.history import intervals, max_overlap
 from tests.llm_server import LLMServer, openai_completion
-from tooltrail import Host, RunConfig, TurnCancelled, TurnFailed, tool
+from tooltrail import (
+    Host,
+    LoopDetected,
+    LoopDetection,
+    RunConfig,
+    TurnCancelled,
+    TurnFailed,
+    tool,
+)
 from tooltrail.llm.openai import OpenAIChatClient
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 
@@ -195,3 +204,68 @@ async def test_the_worker_gives_the_model_its_catalog_and_no_turn_history_holds_
     # The schemas (with their descriptions) are built by the worker, not carried per turn.
     assert inputs and all(b"Sleep, then answer." not in data for data in inputs)
     assert all(b'"catalog":null' in data for data in inputs[1:])
+
+
+def raw(history: WorkflowHistory) -> bytes:
+    """A history's events as Temporal stores them."""
+    return b"".join(event.SerializeToString() for event in history.events)
+
+
+@tool
+def report(part: int) -> str:
+    """Return a long report."""
+    return f"REPORT-{part}-" + "x" * 2000
+
+
+async def test_a_runs_history_passes_no_tool_output_or_loop_window_between_turns(
+    stack: StackFactory,
+) -> None:
+    # Each turn reads the session's state with the conversation and appends its own tool
+    # results, so neither travels through the run: a model turn costs the same at any length.
+    script: list[Any] = [tool_call_response((f"c{i}", "report", {"part": i})) for i in range(6)]
+    script.append(text_response("read them all"))
+    async with stack(Host([report], model=ScriptedModel(script))) as tt:
+        result = await tt.run_agent("read", session_id="agent-flat", max_turns=10)
+        run_history = await tt.client.get_workflow_handle(result.run_id).fetch_history()
+        turns = [
+            await tt.client.get_workflow_handle(turn_id).fetch_history() for turn_id in result.turns
+        ]
+        conversation = await tt.conversation(result.run_id)
+        state = await tt.store.session_state("agent-flat")
+        first = await tt.get_turn(result.turns[0]).result()
+    assert result.text == "read them all"
+    assert b"REPORT-" not in raw(run_history)
+    # Each output is in its own turn's history once (the tool activity's result), in no other.
+    for i, history in enumerate(turns[:-1]):
+        data = raw(history)
+        assert data.count(f"REPORT-{i}-".encode()) == 1
+        assert b"REPORT-" not in data.replace(f"REPORT-{i}-".encode(), b"")
+    # The loop detector's window is in each later turn's history once (the model call read
+    # it), not in its input and output, nor in the run's history.
+    first_call = b'{\\"part\\":0}'  # the window's entry of c0, as text inside JSON
+    assert [raw(h).count(first_call) for h in turns[1:]] == [1] * 6
+    assert first_call not in raw(run_history)
+    # What the turns stored: the results in the conversation, the window in the session.
+    tool_messages = [m.content for m in conversation if m.role == "tool"]
+    assert [t[: len("REPORT-0-")] for t in tool_messages] == [f"REPORT-{i}-" for i in range(6)]
+    assert [m.role for m in conversation][:4] == ["user", "assistant", "tool", "assistant"]
+    assert len(state.detector.window) == 6 and state.version == 7
+    # A turn's handle still gives its results, from the audit trail.
+    assert [(r.tool_call_id, r.output[:9]) for r in first.results] == [("c0", "REPORT-0-")]
+
+
+async def test_loop_detection_spans_the_turns_of_an_agent_run(stack: StackFactory) -> None:
+    # One identical call per model turn: only the state read turn after turn can see the loop.
+    script: list[Any] = [tool_call_response((f"c{i}", "add", {"a": 1, "b": 1})) for i in range(5)]
+    config = RunConfig(detection=LoopDetection(loop_threshold=2, stop_threshold=3))
+    async with stack(Host([add], model=ScriptedModel(script))) as tt:
+        with pytest.raises(LoopDetected, match=r"add\(.*\) repeated 3 times"):
+            await tt.run_agent("loop", session_id="agent-loop", config=config, max_turns=5)
+        runs = await tt.turns(session_id="agent-loop")
+    # Three identical calls are in the window when the fourth turn's call is checked.
+    assert [turn.status for turn in sorted(runs, key=lambda t: t.started_at)] == [
+        "completed",
+        "completed",
+        "completed",
+        "failed",
+    ]

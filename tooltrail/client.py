@@ -124,7 +124,7 @@ class TurnHandle:
         return self._handle
 
     async def result(self) -> TurnResult:
-        """Wait for the turn's results.
+        """Wait for the turn's results (an agent turn's from the audit trail).
 
         Raises:
             LoopDetected: the loop detector stopped the turn.
@@ -136,6 +136,16 @@ class TurnHandle:
             output = await self._handle.result()
         except WorkflowFailureError as failure:
             raise turn_error(failure, self.turn_id) from failure
+        calls = output.assistant.tool_calls if output.assistant is not None else []
+        if calls and not output.results and self._store is not None:
+            # An agent turn left its results to the conversation and the audit trail
+            # (ModelPhase.state_in_db); its tool phase's end holds them, in call order.
+            events = await self._store.events(self.turn_id)
+            ends = [e for e in events if e.kind == "turn_end" and e.payload.get("phase") == "tools"]
+            if ends:
+                output.results = [
+                    ToolDispatchResult.model_validate(r) for r in ends[-1].payload["results"]
+                ]
         refs = [r.output_ref for r in output.results if r.output_ref]
         if refs and self._store is not None:
             # Large outputs stayed out of history: fill them back in from the database.
@@ -465,9 +475,8 @@ class Tooltrail:
             features=HostFeatures(hooks=bool(self.host.hooks), memory=self.host.memory),
             max_turns=max_turns,
             turns_per_segment=turns_per_segment,
-            carry=AgentCarry(
-                new_messages=opening, session=await self.store.session_state(session_id)
-            ),
+            # Each turn reads the session's state itself (ModelPhase.state_in_db).
+            carry=AgentCarry(new_messages=opening),
         )
         handle = await self.client.start_workflow(
             "AgentRunWorkflow",

@@ -46,6 +46,7 @@ __all__ = [
     "AuditEvent",
     "CloseSessionInput",
     "Compact",
+    "ConversationAppend",
     "EventKind",
     "ExecuteAttempt",
     "Flush",
@@ -202,6 +203,15 @@ class Compact(BaseModel):
         """Shorten ``data`` (this model's dump) further; the model's validator undoes it."""
 
 
+class ConversationAppend(BaseModel):
+    """Messages an agent turn adds to its run's conversation (its tool results)."""
+
+    run_id: str
+    start_seq: int
+    """Where the first message goes; the others follow it."""
+    messages: list[Message]
+
+
 class Flush(Compact):
     """Audit records produced by the workflow since the last successful write."""
 
@@ -213,6 +223,8 @@ class Flush(Compact):
     memory: list[MemoryEntry] = Field(default_factory=list)
     session: SessionState | None = None
     """The session's state at the end of the turn (final record only)."""
+    conversation: ConversationAppend | None = None
+    """An agent turn's tool results for its run's conversation (final record only)."""
 
     @model_validator(mode="after")
     def _ids_from_turn(self) -> Flush:
@@ -295,13 +307,16 @@ class TurnOutput(Compact):
 
     turn_id: str
     results: list[ToolDispatchResult]
+    """Empty for an agent turn with ``ModelPhase.state_in_db``: its results went to the
+    conversation and the audit trail (``tt.turn(turn_id)`` and ``tooltrail audit show``)."""
     assistant: Message | None = None
     """With a model phase: the model's answer (its text and tool calls)."""
     usage: Usage | None = None
     """With a model phase: the tokens the model call spent."""
     session: SessionState | None = None
-    """The session's state as this turn left it, for an agent run's next turn (a plain
-    turn's next one loads it from the database, where the final record saved it)."""
+    """The session's state as this turn left it, for an agent run's next turn in runs
+    recorded before ``ModelPhase.state_in_db`` (other turns load it from the database,
+    where the final record saved it)."""
 
     @field_serializer("results", mode="wrap")
     def _compact_results(
@@ -500,6 +515,11 @@ class ModelPhase(BaseModel):
     catalog: list[dict[str, Any]] | None = Field(default_factory=list)
     """The tool catalog advertised to the model (OpenAI format); ``None``: the worker's own
     catalog of the turn's advertised tools (so the schemas are not in every turn's history)."""
+    state_in_db: bool = False
+    """The turn takes the session's state from the database (the model activity reads it
+    with the conversation), appends its tool results to the conversation with its final
+    audit record, and returns neither: the run's history then carries no tool output and
+    no loop-detector window from turn to turn. ``False`` in runs recorded before."""
 
 
 class ModelTurnRequest(BaseModel):
@@ -513,6 +533,8 @@ class ModelTurnRequest(BaseModel):
     verdicts: bool = False
     """Judge the answer's tool calls for parallel dispatch (the concurrency declarations
     are host code, so the worker judges them, as the client does for a plain turn)."""
+    session_id: str | None = None
+    """Read this session's saved state and return it (``ModelPhase.state_in_db``)."""
 
 
 class ModelTurnOutcome(BaseModel):
@@ -524,6 +546,8 @@ class ModelTurnOutcome(BaseModel):
     """The answer was already stored (a retried activity): the model was not asked again."""
     verdicts: list[CallVerdict] | None = None
     """One per tool call of the answer, when the request asked for them."""
+    session: SessionState | None = None
+    """The session's saved state, when the request named the session."""
 
 
 class AgentCarry(BaseModel):

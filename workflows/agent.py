@@ -24,6 +24,7 @@ from tooltrail.wire import (
     AgentRunOutput,
     CloseSessionInput,
     ModelPhase,
+    SessionState,
     TurnInput,
     TurnOutput,
 )
@@ -32,6 +33,9 @@ __all__ = ["AgentRunWorkflow"]
 
 # Runs recorded before the session cleanup became a local activity schedule a regular one.
 _PATCH_LOCAL_CLEANUP = "session-cleanup-local"
+# Runs recorded before their turns kept the session state and tool results in the database
+# pass both from turn to turn through the run (ModelPhase.state_in_db).
+_PATCH_STATE_IN_DB = "agent-state-in-db"
 
 
 def _add(total: Usage, more: Usage | None) -> Usage:
@@ -72,6 +76,10 @@ class AgentRunWorkflow:
         """Alternate model calls and tool phases until the model is done."""
         carry = self._carry
         segment_turns = 0
+        # Each turn reads the session's state with the conversation and appends its own tool
+        # results: the run's history carries neither, so a model turn costs the same however
+        # long the run and however large the outputs.
+        state_in_db = workflow.patched(_PATCH_STATE_IN_DB)
         while carry.turn_index < inp.max_turns:
             if segment_turns >= inp.turns_per_segment or (
                 segment_turns > 0 and workflow.info().is_continue_as_new_suggested()
@@ -89,7 +97,7 @@ class AgentRunWorkflow:
                     config=inp.config,
                     tools=inp.tools,
                     features=inp.features,
-                    session=carry.session,
+                    session=SessionState() if state_in_db else carry.session,
                     model=ModelPhase(
                         run_id=self._run_id,
                         start_seq=carry.next_seq,
@@ -98,6 +106,7 @@ class AgentRunWorkflow:
                         # The worker builds the catalog from its registry: tool schemas
                         # can be large, and every turn's input stays in its history.
                         catalog=None,
+                        state_in_db=state_in_db,
                     ),
                 ),
                 id=turn_id,
@@ -116,10 +125,15 @@ class AgentRunWorkflow:
             if not assistant.tool_calls:
                 await self._close_session(inp.session_id)
                 return self._done(assistant.content, "answer")
-            carry.new_messages = [
-                Message.from_result(result, name=call.name)
-                for call, result in zip(assistant.tool_calls, output.results, strict=True)
-            ]
+            if state_in_db:
+                # The turn stored its tool results after the answer; the next turn reads them.
+                carry.next_seq += len(assistant.tool_calls)
+                carry.new_messages = []
+            else:
+                carry.new_messages = [
+                    Message.from_result(result, name=call.name)
+                    for call, result in zip(assistant.tool_calls, output.results, strict=True)
+                ]
             self._status = "tools"
         await self._close_session(inp.session_id)
         return self._done("", "max_turns")

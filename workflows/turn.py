@@ -28,7 +28,7 @@ from tooltrail.detection import LoopCheck, operation_for
 from tooltrail.errors import LoopDetected, ToolRecoveryExhausted, TurnError, TurnFailed
 from tooltrail.hooks import HookDecision, headless_ask_text
 from tooltrail.llm.errors import MODEL_RETRY_POLICY
-from tooltrail.llm.messages import ModelResponse, Usage
+from tooltrail.llm.messages import Message, ModelResponse, Usage
 from tooltrail.memoize import with_cached_marker
 from tooltrail.planner import CallVerdict, plan_waves
 from tooltrail.recovery import (
@@ -60,6 +60,7 @@ from tooltrail.wire import (
     ApprovalInput,
     AttemptOutcome,
     AuditEvent,
+    ConversationAppend,
     ExecuteAttempt,
     Flush,
     MemoryEntry,
@@ -221,16 +222,25 @@ class TurnWorkflow:
         # Interactive approvals: calls parked on a hook's Ask, and the answers received.
         self._waiting: dict[str, PendingApproval] = {}
         self._answers: dict[str, ApprovalInput] = {}
-        # Session-scoped state carried in from the previous turn and out to the next. A shadow
-        # replay starts from the state the original turn started with, and saves nothing.
-        start = inp.session.detector
-        if inp.shadow is not None:
-            start = inp.shadow.detector or type(start)()
+        # An agent turn's tool results for its run's conversation (ModelPhase.state_in_db).
+        self._conversation: ConversationAppend | None = None
+        self._has_started = False
+        self._adopt_session(inp.session)
+
+    def _adopt_session(self, state: SessionState) -> None:
+        """Take up the session-scoped state the previous turn left (carried in, or read).
+
+        A shadow replay starts from the state the original turn started with, and saves
+        nothing.
+        """
+        start = state.detector
+        if self._input.shadow is not None:
+            start = self._input.shadow.detector or type(start)()
         self._detector = start.model_copy(deep=True)
-        self._memo = inp.session.memo.model_copy(deep=True)
-        self._turn_number = inp.session.version
-        if inp.memo is not None:
-            self._memo.expire(inp.memo, self._turn_number)
+        self._memo = state.memo.model_copy(deep=True)
+        self._turn_number = state.version
+        if self._input.memo is not None:
+            self._memo.expire(self._input.memo, self._turn_number)
 
     # -- interactive approvals -----------------------------------------------------------
 
@@ -262,6 +272,7 @@ class TurnWorkflow:
         call_id: str | None = None,
         tool: str | None = None,
         attempt: int | None = None,
+        at: datetime | None = None,
     ) -> AuditEvent:
         event = AuditEvent(
             seq=self._next_seq,
@@ -270,7 +281,7 @@ class TurnWorkflow:
             tool_name=tool,
             attempt=attempt,
             payload=payload,
-            created_at=workflow.now(),
+            created_at=at or workflow.now(),
         )
         self._next_seq += 1
         self._events.append(event)
@@ -356,7 +367,9 @@ class TurnWorkflow:
             flush = self._flush()
             last = len(flush.events) == len(self._events) and len(flush.memory) == len(self._memory)
             if last:
-                flush = flush.model_copy(update={"session": self._final_session()})
+                flush = flush.model_copy(
+                    update={"session": self._final_session(), "conversation": self._conversation}
+                )
             else:
                 # The final status waits for the last batch, so a turn marked ended in the
                 # database has its whole trail; a first write still creates the row.
@@ -446,6 +459,77 @@ class TurnWorkflow:
         """Dispatch every call; soft errors are results, hard errors fail the workflow."""
         started = workflow.now()
         self._batched = workflow.patched(_PATCH_AUDIT_BATCHES)
+        state_in_db = inp.model is not None and inp.model.state_in_db
+        if not state_in_db:
+            self._started(started)  # else once the model call has read the session's state
+        results: list[ToolDispatchResult] = []
+        response: ModelResponse | None = None
+        tools_started = started
+        try:
+            if inp.model is not None:
+                # The model phase: its tool calls are this turn's calls.
+                response, verdicts = await self._model_phase(inp.model, started)
+                # The worker judged the calls for parallel dispatch (histories recorded
+                # before it did carry none: their turns ran the calls one by one). The
+                # model phase may have read the session's state into self._input.
+                inp = self._input.model_copy(
+                    update={"calls": response.message.tool_calls, "verdicts": verdicts}
+                )
+                self._input = inp
+                self._turn = self._turn.model_copy(update={"call_count": len(inp.calls)})
+                tools_started = workflow.now()
+            self._receive(inp.calls)
+            results = await self._dispatch_batch(inp)
+        except asyncio.CancelledError as cancelled:
+            self._started(started)
+            self._emit(
+                "turn_cancelled",
+                {
+                    "finished_calls": list(self._finished),
+                    "pending_calls": [c.id for c in inp.calls if c.id not in self._finished],
+                },
+            )
+            self._turn_end(started, [], success=False, error="cancelled")
+            await self._record("cancelled", cancelled)
+            raise
+        except TurnError as hard:
+            self._started(started)
+            # The batch's results are discarded; the audit trail keeps everything.
+            self._turn_end(tools_started, [], success=False, error=str(hard))
+            await self._record("failed", hard)
+            raise self._application_error(hard) from None
+        usage = response.usage if response is not None else None
+        if response is None or inp.calls:
+            self._turn_end(tools_started, results, success=True, usage=usage)
+        if state_in_db and inp.model is not None and results:
+            # The results go to the conversation with the final record, after the answer.
+            self._conversation = ConversationAppend(
+                run_id=inp.model.run_id,
+                start_seq=inp.model.start_seq + len(inp.model.new_messages) + 1,
+                messages=[
+                    Message.from_result(result, name=call.name)
+                    for call, result in zip(inp.calls, results, strict=True)
+                ],
+            )
+        await self._finish_recording()
+        return TurnOutput(
+            turn_id=self._turn.turn_id,
+            # An agent turn with its state in the database returns neither its results nor
+            # the session's state: the next turn reads both, and the run's history stays flat.
+            results=[] if state_in_db else results,
+            assistant=response.message if response is not None else None,
+            usage=usage,
+            # Only an agent run carries the state to its next turn; a plain turn's next one
+            # loads what the final record saved (and the history need not hold it twice).
+            session=self._final_session() if inp.model is not None and not state_in_db else None,
+        )
+
+    def _started(self, at: datetime) -> None:
+        """Emit ``turn_started`` (the turn's first event), unless it was emitted already."""
+        if self._has_started:
+            return
+        self._has_started = True
+        inp = self._input
         self._emit(
             "turn_started",
             {
@@ -459,52 +543,7 @@ class TurnWorkflow:
                 "rerun_of": inp.rerun_of,
                 "shadow_of": inp.shadow.of_turn if inp.shadow else None,
             },
-        )
-        results: list[ToolDispatchResult] = []
-        response: ModelResponse | None = None
-        tools_started = started
-        try:
-            if inp.model is not None:
-                # The model phase: its tool calls are this turn's calls.
-                response, verdicts = await self._model_phase(inp.model, started)
-                # The worker judged the calls for parallel dispatch (histories recorded
-                # before it did carry none: their turns ran the calls one by one).
-                inp = inp.model_copy(
-                    update={"calls": response.message.tool_calls, "verdicts": verdicts}
-                )
-                self._input = inp
-                self._turn = self._turn.model_copy(update={"call_count": len(inp.calls)})
-                tools_started = workflow.now()
-            self._receive(inp.calls)
-            results = await self._dispatch_batch(inp)
-        except asyncio.CancelledError as cancelled:
-            self._emit(
-                "turn_cancelled",
-                {
-                    "finished_calls": list(self._finished),
-                    "pending_calls": [c.id for c in inp.calls if c.id not in self._finished],
-                },
-            )
-            self._turn_end(started, [], success=False, error="cancelled")
-            await self._record("cancelled", cancelled)
-            raise
-        except TurnError as hard:
-            # The batch's results are discarded; the audit trail keeps everything.
-            self._turn_end(tools_started, [], success=False, error=str(hard))
-            await self._record("failed", hard)
-            raise self._application_error(hard) from None
-        usage = response.usage if response is not None else None
-        if response is None or inp.calls:
-            self._turn_end(tools_started, results, success=True, usage=usage)
-        await self._finish_recording()
-        return TurnOutput(
-            turn_id=self._turn.turn_id,
-            results=results,
-            assistant=response.message if response is not None else None,
-            usage=usage,
-            # Only an agent run carries the state to its next turn; a plain turn's next one
-            # loads what the final record saved (and the history need not hold it twice).
-            session=self._final_session() if inp.model is not None else None,
+            at=at,
         )
 
     def _receive(self, calls: list[ToolCall]) -> None:
@@ -546,6 +585,7 @@ class TurnWorkflow:
                     flush=flush,
                     verdicts=self._input.config.dispatch == "parallel",
                     advertised=self._input.advertised if phase.catalog is None else None,
+                    session_id=self._input.session_id if phase.state_in_db else None,
                 ),
                 result_type=ModelTurnOutcome,
                 start_to_close_timeout=timedelta(minutes=10),
@@ -559,6 +599,11 @@ class TurnWorkflow:
             raise TurnFailed(f"model call failed: {cause}") from None
         if flush is not None:
             self._flushed(flush, written=outcome.flushed)
+        if phase.state_in_db:
+            state = outcome.session or SessionState()
+            self._input = self._input.model_copy(update={"session": state})
+            self._adopt_session(state)
+            self._started(started)  # the turn's first event, now that the detector is known
         response = outcome.response
         self._emit(
             "model_response",

@@ -263,14 +263,19 @@ class AuditStore:
         self.sessions: async_sessionmaker[AsyncSession] = session_factory(self.engine)
 
     async def write_flush(self, flush: Flush) -> None:
-        """Write a flush: the turn row (if it came) and events in one transaction, then memory.
+        """Write a flush: turn row, events, session state, conversation in one transaction; memory.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the turn row or the events could not be written.
                 Memory failures are logged and dropped (memory keeps the gist; the audit
                 trail has everything).
         """
-        if flush.turn is not None or flush.events or flush.session is not None:
+        if (
+            flush.turn is not None
+            or flush.events
+            or flush.session is not None
+            or flush.conversation is not None
+        ):
             async with self.sessions.begin() as session:
                 if flush.turn is not None:
                     await record_turn(session, turn=flush.turn)
@@ -281,6 +286,14 @@ class AuditStore:
                         session_id=flush.session_id,
                         turn_id=flush.turn_id,
                         state=flush.session,
+                    )
+                if flush.conversation is not None:
+                    # An agent turn's tool results, where its run's next model call reads them.
+                    await append_messages(
+                        session,
+                        run_id=flush.conversation.run_id,
+                        start_seq=flush.conversation.start_seq,
+                        messages=flush.conversation.messages,
                     )
         if flush.memory:
             try:
