@@ -15,7 +15,6 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     field_serializer,
-    field_validator,
     model_serializer,
     model_validator,
 )
@@ -302,13 +301,13 @@ class TurnInput(Compact):
     """Start with a model call: its tool calls are the turn's calls (``calls`` is ignored)."""
 
 
-class TurnOutput(Compact):
+class TurnOutput(BaseModel):
     """Output of ``TurnWorkflow``: one result per call, in the model's order."""
 
     turn_id: str
     results: list[ToolDispatchResult]
     """Empty for an agent turn with ``ModelPhase.state_in_db``: its results went to the
-    conversation and the audit trail (``tt.turn(turn_id)`` and ``tooltrail audit show``)."""
+    conversation and the audit trail (``tt.get_turn(turn_id).result()`` reads them back)."""
     assistant: Message | None = None
     """With a model phase: the model's answer (its text and tool calls)."""
     usage: Usage | None = None
@@ -322,31 +321,15 @@ class TurnOutput(Compact):
     def _compact_results(
         self, results: list[ToolDispatchResult], handler: SerializerFunctionWrapHandler
     ) -> Any:
-        # Unset optional fields and a success's is_error are left out: the history holds
-        # every result once more.
+        # Unset optional fields are left out: the history holds every result once more.
+        # (Only those: this is the turn's public result, and its dump should say the rest.)
         data = handler(results)
         if isinstance(data, list):
             for item in data:
-                if not isinstance(item, dict):
-                    continue
                 for key in ("display_hint", "output_ref"):
-                    if item.get(key, False) is None:
+                    if isinstance(item, dict) and item.get(key, False) is None:
                         del item[key]
-                if item.get("is_error") is False:
-                    del item["is_error"]
         return data
-
-    @field_validator("results", mode="before")
-    @classmethod
-    def _results_said_in_full(cls, results: Any) -> Any:
-        if isinstance(results, list):
-            return [
-                {**item, "is_error": False}
-                if isinstance(item, dict) and "is_error" not in item
-                else item
-                for item in results
-            ]
-        return results
 
 
 class ExecuteAttempt(Compact):

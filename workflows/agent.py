@@ -77,8 +77,8 @@ class AgentRunWorkflow:
         carry = self._carry
         segment_turns = 0
         # Each turn reads the session's state with the conversation and appends its own tool
-        # results: the run's history carries neither, so a model turn costs the same however
-        # long the run and however large the outputs.
+        # results: the run's history carries neither, so a model turn's cost does not grow
+        # with the run or with earlier turns' outputs.
         state_in_db = workflow.patched(_PATCH_STATE_IN_DB)
         while carry.turn_index < inp.max_turns:
             if segment_turns >= inp.turns_per_segment or (
