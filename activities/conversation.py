@@ -52,10 +52,13 @@ class ConversationActivities:
             recorder: the audit recorder (its database holds the conversations).
             verdicts: judges tool calls for parallel dispatch (``Host.verdicts``).
             catalog: the worker's tool catalog (OpenAI format), for turns that send none.
+                Built once, at the first model turn: the worker's registry is frozen by
+                then (``build_worker``), and a schema costs a millisecond to generate.
         """
         self.client = client
         self.recorder = recorder
         self.verdicts = verdicts
+        self._built_catalog: list[dict[str, Any]] | None = None
         self.catalog = catalog
 
     @activity.defn(name=MODEL_TURN)
@@ -120,10 +123,12 @@ class ConversationActivities:
             return inp.phase.catalog
         if self.catalog is None:
             return []
+        if self._built_catalog is None:
+            self._built_catalog = self.catalog()
         wanted = None if inp.advertised is None else set(inp.advertised)
         return [
             spec
-            for spec in self.catalog()
+            for spec in self._built_catalog
             if wanted is None or spec.get("function", {}).get("name") in wanted
         ]
 

@@ -117,7 +117,10 @@ async def record_session_state(
 
 async def load_session_state(session: AsyncSession, *, session_id: str) -> SessionState:
     """Return a session's saved state, or a fresh one."""
-    row = await session.get(SessionStateRow, session_id)
+    # A plain row, not an ORM object: an agent run reads it at every model turn.
+    table = SessionStateRow.__table__
+    query = select(table.c.state, table.c.version).where(table.c.session_id == session_id)
+    row = (await session.execute(query)).first()
     if row is None:
         return SessionState()
     return SessionState.model_validate({**row.state, "version": row.version})
@@ -411,10 +414,12 @@ async def load_conversation(
     session: AsyncSession, *, run_id: str, up_to: int | None = None
 ) -> list[tuple[int, Message, ModelResponse | None]]:
     """Return ``(seq, message, answer)`` in order; ``answer`` is set for stored answers."""
-    query = select(ConversationMessageRow).where(ConversationMessageRow.run_id == run_id)
+    # Plain rows, not ORM objects: every model turn reads the whole conversation.
+    table = ConversationMessageRow.__table__
+    query = select(table.c.seq, table.c.message, table.c.usage).where(table.c.run_id == run_id)
     if up_to is not None:
-        query = query.where(ConversationMessageRow.seq <= up_to)
-    rows = await session.scalars(query.order_by(ConversationMessageRow.seq))
+        query = query.where(table.c.seq <= up_to)
+    rows = await session.execute(query.order_by(table.c.seq))
     loaded = []
     for row in rows:
         message = Message.model_validate(row.message)

@@ -49,7 +49,9 @@ class ScriptedModel:
                 f"ScriptedModel has no response for request #{index + 1}: its script has "
                 f"{len(self._script)}; add responses to the script or end the loop earlier"
             )
-        self.requests.append(request.model_copy(deep=True))
+        # The list is copied, the messages are shared: a deep copy of the whole conversation
+        # per call would make a long scripted run quadratic (requests are built per call).
+        self.requests.append(request.model_copy(update={"messages": list(request.messages)}))
         step = self._script[index]
         response = step(request) if callable(step) else step
         # A copy, so a caller that edits the response cannot change the script.
