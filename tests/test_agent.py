@@ -95,9 +95,14 @@ async def test_a_rejected_request_is_not_retried(stack: StackFactory) -> None:
         server.reply(400, {"error": {"message": "bad request: unknown parameter"}})
         client = OpenAIChatClient(server.url, api_key="k", model="m")
         async with stack(Host([add], model=client)) as tt:
-            with pytest.raises(TurnFailed, match="model call failed"):
-                await tt.run_agent("hi", session_id="agent-3")
+            with pytest.raises(TurnFailed, match="model call failed") as failed:
+                await tt.run_agent("hi", session_id="agent-3", run_id="run-agent-3")
+            events = await tt.audit("run-agent-3-turn-0")
     assert len(server.requests) == 1
+    assert failed.value.turn_id == "run-agent-3"
+    # The turn never read the session's state, yet its trail opens as every trail does.
+    assert [e.kind for e in events] == ["turn_started", "turn_end"]
+    assert events[-1].payload["error"].startswith("model call failed")
 
 
 async def test_long_runs_continue_as_new_and_keep_history_small(stack: StackFactory) -> None:
