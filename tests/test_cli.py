@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 import tooltrail
@@ -18,6 +19,7 @@ from tests.cli_runner import ROOT, TOOLTRAIL, env_for, run_cli
 from tooltrail import ConfigurationError, Host, ToolCall
 from tooltrail.cli import load_host
 from tooltrail.db.migrate import head_revision
+from tooltrail.embedded import DEV_SERVER_ARGS
 
 
 def run(args: list[str], tmp_path: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -215,3 +217,21 @@ def test_run_a_one_shot_agent_against_an_openai_compatible_server(tmp_path: Path
     assert server.requests[1].body["messages"][-1]["content"] == "4"
     assert server.requests[0].headers.get("authorization") == "Bearer sk-test-secret"
     assert "sk-test-secret" not in done.stdout + done.stderr
+
+
+@tooltrail.tool
+def shout(text: str) -> str:
+    """Upper-case the text."""
+    return text.upper()
+
+
+async def test_local_hands_the_dev_server_its_own_arguments(tmp_path: Path) -> None:
+    # A limit tooltrail's defaults leave alone: ids (workflow and request ids) of at most 40.
+    args = [*DEV_SERVER_ARGS, "--dynamic-config-value", "limit.maxIDLength=40"]
+    url = f"sqlite:///{tmp_path}/local.db"
+    call = ToolCall("c1", "shout", {"text": "hi"})
+    async with tooltrail.local([shout], database_url=url, server_args=args) as tt:
+        turn = await tt.run_turn([call], session_id="s", turn_id="turn-short")
+        with pytest.raises(RPCError, match=r"WorkflowId exceeds maximum allowed length \(45/40\)"):
+            await tt.run_turn([call], session_id="s", turn_id="turn-" + "x" * 40)
+    assert turn.results[0].output == "HI"
