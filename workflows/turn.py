@@ -316,8 +316,21 @@ class TurnWorkflow:
         self._in_flight.update(-1 - m.seq for m in flush.memory)
         return flush
 
-    def _flushed(self, flush: Flush, *, written: bool = True) -> None:
+    async def _records_for_activity(self) -> Flush | None:
+        """Before an activity: write a batch when one is due, or take the records it carries.
+
+        Turns recorded before the batches (see ``_PATCH_AUDIT_BATCHES``) send their records
+        with the activity; the others get ``None``.
+        """
+        if self._batched:
+            await self._checkpoint()
+            return None
+        return self._flush()
+
+    def _flushed(self, flush: Flush | None, *, written: bool = True) -> None:
         """Drop written records; records whose write failed are sent again later."""
+        if flush is None:
+            return  # the activity carried no records
         events = {event.seq for event in flush.events}
         memory = {entry.seq for entry in flush.memory}
         self._in_flight.difference_update(events)
@@ -571,11 +584,7 @@ class TurnWorkflow:
         self, phase: ModelPhase, started: datetime
     ) -> tuple[ModelResponse, list[CallVerdict] | None]:
         """Ask the model (one activity, which also keeps the conversation in SQL)."""
-        flush: Flush | None = None
-        if self._batched:
-            await self._checkpoint()
-        else:
-            flush = self._flush()
+        flush = await self._records_for_activity()
         try:
             outcome: ModelTurnOutcome = await workflow.execute_activity(
                 MODEL_TURN,
@@ -593,12 +602,10 @@ class TurnWorkflow:
                 retry_policy=MODEL_RETRY_POLICY,
             )
         except ActivityError as failure:
-            if flush is not None:
-                self._flushed(flush, written=False)
+            self._flushed(flush, written=False)
             cause = failure.cause or failure
             raise TurnFailed(f"model call failed: {cause}") from None
-        if flush is not None:
-            self._flushed(flush, written=outcome.flushed)
+        self._flushed(flush, written=outcome.flushed)
         if phase.state_in_db:
             state = outcome.session or SessionState()
             self._input = self._input.model_copy(update={"session": state})
@@ -1172,11 +1179,7 @@ class TurnWorkflow:
             timeout = timedelta(seconds=meta.timeout_s) + _TIMEOUT_MARGIN
         else:
             timeout = timedelta(seconds=config.tool_timeout_s)
-        flush: Flush | None = None
-        if self._batched:
-            await self._checkpoint()
-        else:
-            flush = self._flush()
+        flush = await self._records_for_activity()
         request = ExecuteAttempt(
             session_id=self._turn.session_id,
             tool_call_id=call.id,
@@ -1221,8 +1224,7 @@ class TurnWorkflow:
                 )
         except ActivityError as failure:
             # Temporal's infrastructure retries are spent (spec §14): a soft failed attempt.
-            if flush is not None:
-                self._flushed(flush, written=False)
+            self._flushed(flush, written=False)
             cause = failure.cause or failure
             return AttemptOutcome(
                 output=str(cause),
@@ -1233,6 +1235,5 @@ class TurnWorkflow:
             )
         if not outcome.resolved_tool_name:
             outcome.resolved_tool_name = tool_name  # left unsaid: the requested tool ran
-        if flush is not None:
-            self._flushed(flush, written=outcome.flushed)
+        self._flushed(flush, written=outcome.flushed)
         return outcome
