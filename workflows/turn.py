@@ -224,7 +224,6 @@ class TurnWorkflow:
         self._answers: dict[str, ApprovalInput] = {}
         # An agent turn's tool results for its run's conversation (ModelPhase.state_in_db).
         self._conversation: ConversationAppend | None = None
-        self._has_started = False
         self._adopt_session(inp.session)
 
     def _adopt_session(self, state: SessionState) -> None:
@@ -539,9 +538,8 @@ class TurnWorkflow:
 
     def _started(self, at: datetime) -> None:
         """Emit ``turn_started`` (the turn's first event), unless it was emitted already."""
-        if self._has_started:
-            return
-        self._has_started = True
+        if self._next_seq > 0:
+            return  # turn_started is always seq 0: nothing is emitted before it
         inp = self._input
         self._emit(
             "turn_started",
