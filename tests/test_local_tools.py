@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from sqlalchemy import text
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
 from tests.conftest import StackFactory
 from tests.faults.history import local_activities
-from tooltrail import Host, RunConfig, ToolCall, ToolDefinitionError, ToolError, tool
+from tooltrail import Host, NoRetry, RunConfig, ToolCall, ToolDefinitionError, ToolError, tool
 from tooltrail.wire import AUDIT_RECORD, TOOL_EXECUTE
 
 runs: Counter[str] = Counter()
@@ -142,3 +143,38 @@ def test_local_is_part_of_the_tool_meta() -> None:
     meta = Host([upper, remote]).tool_meta()
     assert meta["upper"].local is True
     assert meta["remote"].local is False
+
+
+@tool(local=True, idempotent=True)
+def charge(order: str) -> str:
+    """Charge an order once (a local tool)."""
+    return f"charged {order}"
+
+
+@tool(idempotent=True)
+def charge_remote(order: str) -> str:
+    """Charge an order once (a regular tool)."""
+    return f"charged {order}"
+
+
+@pytest.mark.parametrize("name", ["charge", "charge_remote"])
+async def test_an_attempt_out_of_infrastructure_retries_is_a_soft_failure(
+    stack: StackFactory, name: str
+) -> None:
+    # The idempotency key cannot be claimed (its table is gone), so every try of the attempt
+    # fails inside the activity: once Temporal's retries are spent, the model reads why.
+    # A local activity reports that failure differently from a regular one (the application
+    # error itself, not wrapped in an activity error): both must end the same way.
+    config = RunConfig(infrastructure_retries=2, recovery=NoRetry())
+    async with stack(Host([charge, charge_remote])) as tt:
+        async with tt.store.engine.begin() as connection:
+            await connection.execute(text("DROP TABLE idempotency_record"))
+        turn = await tt.run_turn(
+            [ToolCall("c1", name, {"order": "o-1"})], session_id=f"spent-{name}", config=config
+        )
+        events = await tt.audit(turn.turn_id)
+        record = await tt.store.turn(turn.turn_id)
+    (result,) = turn.results
+    assert result.is_error and "idempotency_record" in result.output
+    assert events[-1].kind == "turn_end" and events[-1].payload["success"] is True
+    assert record is not None and record.status == "completed"

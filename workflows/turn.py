@@ -92,6 +92,10 @@ _RECORD_RETRY = RetryPolicy(
 # Histories recorded before audit records were written in batches by local activities
 # carry them in every tool activity's input instead (and end with a regular activity).
 _PATCH_AUDIT_BATCHES = "audit-batches"
+# A local activity's failure reaches the workflow as the activity's own ApplicationError, not
+# wrapped in an ActivityError as a regular activity's is (its timeouts are wrapped either
+# way). Turns recorded before this was known failed on such an error instead of handling it.
+_PATCH_LOCAL_FAILURES = "local-activity-failures"
 _BATCH_EVENTS = 200
 """Pending events that make the next tool call write a batch, however recent the last."""
 # A reflector may call a model: give it time, and retry infrastructure failures a little.
@@ -131,6 +135,11 @@ def _argument_problem(arguments: dict[str, Any], max_bytes: int) -> str | None:
     if size > max_bytes:
         return invalid_arguments(f"{size} bytes of arguments; at most {max_bytes} are accepted")
     return None
+
+
+def _handles(failure: ActivityError | ApplicationError) -> bool:
+    """Whether the turn handles this activity failure (see ``_PATCH_LOCAL_FAILURES``)."""
+    return isinstance(failure, ActivityError) or workflow.patched(_PATCH_LOCAL_FAILURES)
 
 
 def _pre_answered(call: ToolCall, text: str) -> ToolDispatchResult:
@@ -435,7 +444,9 @@ class TurnWorkflow:
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(maximum_attempts=1),
             )
-        except ActivityError:
+        except (ActivityError, ApplicationError) as failure:
+            if not _handles(failure):
+                raise
             workflow.logger.warning("audit batch not written; it goes with the next one")
         finally:
             self._flushed(flush, written=written)
@@ -583,26 +594,29 @@ class TurnWorkflow:
     ) -> tuple[ModelResponse, list[CallVerdict] | None]:
         """Ask the model (one activity, which also keeps the conversation in SQL)."""
         flush = await self._records_for_activity()
+        request = ModelTurnRequest(
+            phase=phase,
+            turn_id=self._turn.turn_id,
+            flush=flush,
+            verdicts=self._input.config.dispatch == "parallel",
+            advertised=self._input.advertised if phase.catalog is None else None,
+            session_id=self._input.session_id if phase.state_in_db else None,
+        )
         try:
             outcome: ModelTurnOutcome = await workflow.execute_activity(
                 MODEL_TURN,
-                ModelTurnRequest(
-                    phase=phase,
-                    turn_id=self._turn.turn_id,
-                    flush=flush,
-                    verdicts=self._input.config.dispatch == "parallel",
-                    advertised=self._input.advertised if phase.catalog is None else None,
-                    session_id=self._input.session_id if phase.state_in_db else None,
-                ),
+                request,
                 result_type=ModelTurnOutcome,
                 start_to_close_timeout=timedelta(minutes=10),
                 heartbeat_timeout=timedelta(seconds=60),
                 retry_policy=MODEL_RETRY_POLICY,
             )
-        except ActivityError as failure:
+        except (ActivityError, ApplicationError) as failure:
+            if not _handles(failure):
+                raise
             self._flushed(flush, written=False)
-            cause = failure.cause or failure
-            raise TurnFailed(f"model call failed: {cause}") from None
+            cause = failure.cause if isinstance(failure, ActivityError) else None
+            raise TurnFailed(f"model call failed: {cause or failure}") from None
         self._flushed(flush, written=outcome.flushed)
         if phase.state_in_db:
             state = outcome.session or SessionState()
@@ -1220,12 +1234,14 @@ class TurnWorkflow:
                     heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_s),
                     retry_policy=retry,
                 )
-        except ActivityError as failure:
+        except (ActivityError, ApplicationError) as failure:
+            if not _handles(failure):
+                raise
             # Temporal's infrastructure retries are spent (spec §14): a soft failed attempt.
             self._flushed(flush, written=False)
-            cause = failure.cause or failure
+            cause = failure.cause if isinstance(failure, ActivityError) else None
             return AttemptOutcome(
-                output=str(cause),
+                output=str(cause or failure),
                 is_error=True,
                 duration_ms=0.0,
                 resolved_tool_name=tool_name,
