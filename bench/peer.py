@@ -18,10 +18,12 @@ dispatch. Its history is the run's (every continue-as-new segment) plus its turn
 
 Columns: wall time per tool call (median run / K), history bytes, events and activities per
 tool call, and tooltrail / Pydantic AI; "tt local" runs the same no-op tool declared
-``@tool(local=True)`` (Pydantic AI can likewise run a tool inside its workflow; the peer here
-keeps its default, an activity per tool call). Both workers use Temporal's sandbox with the
-benchmark's own modules passed through. Needs ``pydantic-ai-slim[temporal]`` (not a
-tooltrail dependency): without it the benchmark says so and skips.
+``@tool(local=True)`` and asks the model in a local activity (``local_model=True``), the two
+opt-in fast paths (Pydantic AI can likewise run a tool inside its workflow; the peer here
+keeps its default, an activity per model request and per tool call). Both workers use
+Temporal's sandbox with the benchmark's own modules passed through. Needs
+``pydantic-ai-slim[temporal]`` (not a tooltrail dependency): without it the benchmark says so
+and skips.
 Run: ``python -m bench.peer``.
 """
 
@@ -209,7 +211,9 @@ async def main() -> None:
                         k,
                     )
                     local_ms, _ = await measure(
-                        lambda prompt, config=config: run_tooltrail(tt, prompt, config),
+                        lambda prompt, config=config: run_tooltrail(
+                            tt, prompt, config, local_model=True
+                        ),
                         lambda turns: tooltrail_size(tt, turns),
                         shape,
                         k,
@@ -272,10 +276,16 @@ async def run_peer(client: Client, queue: str, prompt: str) -> str:
     return workflow_id
 
 
-async def run_tooltrail(tt: Tooltrail, prompt: str, config: RunConfig) -> tuple[str, list[str]]:
+async def run_tooltrail(
+    tt: Tooltrail, prompt: str, config: RunConfig, *, local_model: bool = False
+) -> tuple[str, list[str]]:
     """One tooltrail agent run; returns its run id and turn ids."""
     result = await tt.run_agent(
-        prompt, session_id=f"bench-{uuid.uuid4()}", config=config, max_turns=100
+        prompt,
+        session_id=f"bench-{uuid.uuid4()}",
+        config=config,
+        max_turns=100,
+        local_model=local_model,
     )
     expected = f"done {parse_prompt(prompt)[1]}"
     if result.text != expected:

@@ -295,6 +295,12 @@ async def parallel_model_turn(tt: Tooltrail) -> str:
     return result.turns[0]
 
 
+async def local_model_turn(tt: Tooltrail) -> str:
+    # A model turn whose model call is a local activity (start_agent(local_model=True)).
+    result = await tt.run_agent("go", session_id="hist-agent-local", local_model=True)
+    return result.turns[1]
+
+
 def agent_model() -> ScriptedModel:
     """Three model turns with tools, then the answer."""
     return ScriptedModel(
@@ -350,6 +356,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     # Agent turns that read the session state and store their results (state_in_db).
     "agent_run_state_in_db": (agent_run, Host(TOOLS, model=agent_model())),
     "model_turn_state_in_db": (agent_turn, Host(TOOLS, model=agent_model())),
+    "model_turn_local_model": (local_model_turn, Host(TOOLS, model=agent_model())),
     "model_turn_parallel": (
         parallel_model_turn,
         Host(

@@ -90,19 +90,79 @@ async def test_rate_limits_are_retried_after_the_servers_delay(stack: StackFacto
     assert len(server.requests) == 2
 
 
-async def test_a_rejected_request_is_not_retried(stack: StackFactory) -> None:
+@pytest.mark.parametrize("local_model", [False, True])
+async def test_a_rejected_request_is_not_retried(stack: StackFactory, local_model: bool) -> None:
     with LLMServer() as server:
         server.reply(400, {"error": {"message": "bad request: unknown parameter"}})
         client = OpenAIChatClient(server.url, api_key="k", model="m")
+        run_id = f"run-agent-3-{local_model}"
         async with stack(Host([add], model=client)) as tt:
             with pytest.raises(TurnFailed, match="model call failed") as failed:
-                await tt.run_agent("hi", session_id="agent-3", run_id="run-agent-3")
-            events = await tt.audit("run-agent-3-turn-0")
+                await tt.run_agent("hi", session_id=run_id, run_id=run_id, local_model=local_model)
+            events = await tt.audit(f"{run_id}-turn-0")
     assert len(server.requests) == 1
-    assert failed.value.turn_id == "run-agent-3"
+    assert failed.value.turn_id == run_id
     # The turn never read the session's state, yet its trail opens as every trail does.
     assert [e.kind for e in events] == ["turn_started", "turn_end"]
     assert events[-1].payload["error"].startswith("model call failed")
+
+
+async def test_a_local_model_call_runs_in_the_turns_workflow_task(stack: StackFactory) -> None:
+    # local_model=True: the same run, the same trail and conversation, with the model asked
+    # in a local activity (a marker in the turn's history, no activity of its own).
+    with LLMServer() as server:
+        for _ in range(2):
+            server.reply(429, {"error": {"message": "slow down"}}, retry_after="1")
+            server.reply(body=openai_completion(tool_calls=[("c1", "add", '{"a": 2, "b": 3}')]))
+            server.reply(body=openai_completion("The sum is 5."))
+        client = OpenAIChatClient(server.url, api_key="k", model="m")
+        async with stack(Host([add], model=client)) as tt:
+            runs = {
+                local: await tt.run_agent(
+                    "What is 2 + 3?", session_id=f"agent-local-{local}", local_model=local
+                )
+                for local in (False, True)
+            }
+            trails = {
+                local: [[e.kind for e in await tt.audit(t)] for t in run.turns]
+                for local, run in runs.items()
+            }
+            conversations = {
+                local: [(m.role, m.content) for m in await tt.conversation(run.run_id)]
+                for local, run in runs.items()
+            }
+            histories = {
+                local: [await tt.client.get_workflow_handle(t).fetch_history() for t in run.turns]
+                for local, run in runs.items()
+            }
+    assert [run.text for run in runs.values()] == ["The sum is 5."] * 2
+    assert len(server.requests) == 6  # the rate-limited request was retried in both runs
+    assert trails[True] == trails[False]
+    assert conversations[True] == conversations[False]
+
+    def model_activities(history: WorkflowHistory) -> int:
+        return sum(
+            e.activity_task_scheduled_event_attributes.activity_type.name == "tooltrail.model.turn"
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        )
+
+    def markers(history: WorkflowHistory) -> int:
+        return sum(e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED for e in history.events)
+
+    assert [model_activities(h) for h in histories[False]] == [1, 1]
+    assert [model_activities(h) for h in histories[True]] == [0, 0]
+    # The model's answer is recorded all the same: one more marker per turn, one workflow
+    # task fewer (the call ran inside the turn's first one).
+    assert [markers(h) for h in histories[True]] == [markers(h) + 1 for h in histories[False]]
+    tasks = [
+        [
+            sum(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in h.events)
+            for h in histories[local]
+        ]
+        for local in (False, True)
+    ]
+    assert tasks[1] == [n - 1 for n in tasks[0]]
 
 
 async def test_long_runs_continue_as_new_and_keep_history_small(stack: StackFactory) -> None:

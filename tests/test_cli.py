@@ -195,7 +195,10 @@ def test_demo_runs_a_real_turn(tmp_path: Path) -> None:
     assert roles[:3] == ["system", "user", "assistant"] and roles[-1] == "assistant"
 
 
-def test_run_a_one_shot_agent_against_an_openai_compatible_server(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flags", [[], ["--local-model"]])
+def test_run_a_one_shot_agent_against_an_openai_compatible_server(
+    tmp_path: Path, flags: list[str]
+) -> None:
     from tests.llm_server import LLMServer, openai_completion
 
     with LLMServer() as server:
@@ -204,7 +207,7 @@ def test_run_a_one_shot_agent_against_an_openai_compatible_server(tmp_path: Path
         )
         server.reply(body=openai_completion("2 + 2 = 4"))
         done = run_cli(
-            ["run", "What is 2 + 2?", "--json"],
+            ["run", "What is 2 + 2?", "--json", *flags],
             tmp_path,
             timeout=180,
             TOOLTRAIL_OPENAI_BASE_URL=server.url,

@@ -221,6 +221,13 @@ def run_agent_command(
     system: Annotated[str | None, typer.Option(help="A system prompt.")] = None,
     max_turns: Annotated[int, typer.Option(help="Stop after this many model turns.")] = 10,
     session: Annotated[str | None, typer.Option(help="Session id (default: a new one).")] = None,
+    local_model: Annotated[
+        bool,
+        typer.Option(
+            "--local-model",
+            help="Ask the model in a local activity: faster, for fast models (see start_agent).",
+        ),
+    ] = False,
     database_url: DatabaseOption = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -250,6 +257,7 @@ def run_agent_command(
                 session_id=session or f"cli-{uuid.uuid4().hex[:8]}",
                 system=system,
                 max_turns=max_turns,
+                local_model=local_model,
             )
             return result
 

@@ -444,6 +444,7 @@ class Tooltrail:
         max_turns: int = 10,
         run_id: str | None = None,
         turns_per_segment: int = 20,
+        local_model: bool = False,
     ) -> AgentHandle:
         """Start a durable agent run: model turn after model turn until the model is done.
 
@@ -456,6 +457,16 @@ class Tooltrail:
             max_turns: stop after this many model turns.
             run_id: the run (workflow and conversation) id; a new one by default.
             turns_per_segment: continue-as-new after this many turns (history stays small).
+            local_model: ask the model in a Temporal *local activity*, in the worker that
+                runs the turn: each model turn saves a server round trip and a workflow task
+                (the model's answer is recorded in the history all the same). The trade-off:
+                no heartbeats (the 10-minute timeout bounds a hung call, cancellation is
+                best-effort), a call whose worker is lost is made again by the next worker
+                (the stored answer is reused when it was stored), retries back off in the worker
+                (``MODEL_RETRY_POLICY`` waits at most 30 s), and a call longer than the
+                workflow task timeout (10 s) keeps the task alive with a heartbeat task every
+                few seconds, each a few events in the history. For fast models; slow
+                generations are better off as the default, a regular activity.
         """
         opening = [Message.user(messages)] if isinstance(messages, str) else list(messages)
         if system is not None:
@@ -475,6 +486,7 @@ class Tooltrail:
             features=HostFeatures(hooks=bool(self.host.hooks), memory=self.host.memory),
             max_turns=max_turns,
             turns_per_segment=turns_per_segment,
+            local_model=local_model,
             # Each turn reads the session's state itself (ModelPhase.state_in_db).
             carry=AgentCarry(new_messages=opening),
         )

@@ -503,6 +503,8 @@ class ModelPhase(BaseModel):
     with the conversation), appends its tool results to the conversation with its final
     audit record, and returns neither: the run's history then carries no tool output and
     no loop-detector window from turn to turn. ``False`` in runs recorded before."""
+    local: bool = False
+    """Ask the model in a local activity (``start_agent(local_model=True)``)."""
 
 
 class ModelTurnRequest(BaseModel):
@@ -561,6 +563,8 @@ class AgentRunInput(BaseModel):
     turns_per_segment: int = Field(default=20, ge=1)
     """Continue-as-new after this many turns (or sooner if Temporal suggests it)."""
     carry: AgentCarry | None = None
+    local_model: bool = False
+    """Every model call of the run is a local activity (``start_agent(local_model=True)``)."""
 
 
 class AgentRunOutput(BaseModel):

@@ -107,6 +107,7 @@ class AgentRunWorkflow:
                         # can be large, and every turn's input stays in its history.
                         catalog=None,
                         state_in_db=state_in_db,
+                        local=inp.local_model,
                     ),
                 ),
                 id=turn_id,

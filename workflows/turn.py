@@ -603,14 +603,25 @@ class TurnWorkflow:
             session_id=self._input.session_id if phase.state_in_db else None,
         )
         try:
-            outcome: ModelTurnOutcome = await workflow.execute_activity(
-                MODEL_TURN,
-                request,
-                result_type=ModelTurnOutcome,
-                start_to_close_timeout=timedelta(minutes=10),
-                heartbeat_timeout=timedelta(seconds=60),
-                retry_policy=MODEL_RETRY_POLICY,
-            )
+            if phase.local:
+                # start_agent(local_model=True): the call runs in this workflow task, so the
+                # turn saves the activity's server round trip and the workflow task after it.
+                outcome: ModelTurnOutcome = await workflow.execute_local_activity(
+                    MODEL_TURN,
+                    request,
+                    result_type=ModelTurnOutcome,
+                    start_to_close_timeout=timedelta(minutes=10),
+                    retry_policy=MODEL_RETRY_POLICY,
+                )
+            else:
+                outcome = await workflow.execute_activity(
+                    MODEL_TURN,
+                    request,
+                    result_type=ModelTurnOutcome,
+                    start_to_close_timeout=timedelta(minutes=10),
+                    heartbeat_timeout=timedelta(seconds=60),
+                    retry_policy=MODEL_RETRY_POLICY,
+                )
         except (ActivityError, ApplicationError) as failure:
             if not _handles(failure):
                 raise
