@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from tooltrail import AlwaysRecoverable, Host, PostToolUseContext, ToolError, tool
-from tooltrail.llm.scripted import ScriptedModel, tool_call_response
+from tooltrail.llm.messages import ModelRequest, ModelResponse
+from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 
 
 def _record(name: str) -> int:
@@ -97,9 +98,21 @@ idempotent_host = Host([echo, charge], hooks=[KillAfterFirstCharge()])
 # The doomed worker's model asks for `fragile`, which kills that worker mid-run; the worker
 # that takes over only needs the model's final answer.
 agent_host = Host([echo, fragile], model=ScriptedModel([tool_call_response(("m1", "fragile", {}))]))
+
+
+class DyingModel:
+    """A model client whose first call kills its worker (before any answer is stored)."""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Die on the first call; answer after."""
+        return text_response(_die_first_time("model"))
+
+
+dying_model_host = Host([echo], model=DyingModel())
 HOSTS = {
     "plain": host,
     "recovering": recovering_host,
     "idempotent": idempotent_host,
     "agent": agent_host,
+    "dying_model": dying_model_host,
 }

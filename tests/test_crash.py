@@ -24,7 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests import crash_tools
 from tooltrail import FixedDelay, Host, RunConfig, ToolCall, Tooltrail
 from tooltrail.db.store import AuditStore
-from tooltrail.llm.scripted import ScriptedModel, text_response
+from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 from tooltrail.worker import build_worker
 
 pytestmark = pytest.mark.crash
@@ -284,3 +284,59 @@ async def test_worker_killed_mid_agent_run(
         (e.kind, e.tool_call_id, e.attempt, e.payload.get("phase")) for e in first_turn
     )
     assert all(count == 1 for count in per_event.values()), per_event
+
+
+async def test_worker_killed_mid_local_model_call(
+    temporal_env: WorkflowEnvironment,
+    sqlite_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # local_model=True's documented trade-off: the call ran inside the lost worker's workflow
+    # task, so the worker that takes over (once that task times out) asks the model again.
+    monkeypatch.setenv("TOOLTRAIL_CRASH_DIR", str(tmp_path))
+    address = temporal_env.client.service_client.config.target_host
+    task_queue = f"crash-{uuid.uuid4()}"
+    store = AuditStore(sqlite_url)
+    survivor_model = ScriptedModel(
+        [tool_call_response(("m1", "echo", {"text": "still here"})), text_response("done")]
+    )
+    survivor = Host(crash_tools.dying_model_host.registry, model=survivor_model)
+    tt = Tooltrail(temporal_env.client, survivor, task_queue=task_queue, store=store)
+    try:
+        doomed = await start_worker_process(address, task_queue, sqlite_url, "dying_model")
+        handle = await tt.start_agent("go", session_id="crash-local-model", local_model=True)
+        assert await asyncio.wait_for(doomed.wait(), timeout=60) == -9
+        async with build_worker(
+            temporal_env.client,
+            survivor,
+            task_queue=task_queue,
+            store=store,
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+        ):
+            result = await asyncio.wait_for(handle.result(), timeout=90)
+        conversation = await tt.conversation(result.run_id)
+        first_turn = await tt.audit(result.turns[0])
+        history = await tt.client.get_workflow_handle(result.turns[0]).fetch_history()
+    finally:
+        await store.close()
+    assert (result.text, len(result.turns)) == ("done", 2)
+    assert crash_tools.runs("model") == 1, "the doomed worker's call never answered"
+    assert len(survivor_model.requests) == 2, "the lost call was made again"
+    assert [(m.role, m.content) for m in conversation] == [
+        ("user", "go"),
+        ("assistant", ""),
+        ("tool", "still here"),
+        ("assistant", "done"),
+    ]
+    # The lost workflow task left nothing behind: one model answer, a trail exactly once.
+    timed_out = [
+        e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+    ]
+    assert timed_out, "the first workflow task died with its worker"
+    assert [e.seq for e in first_turn] == list(range(len(first_turn)))
+    per_event = Counter(
+        (e.kind, e.tool_call_id, e.attempt, e.payload.get("phase")) for e in first_turn
+    )
+    assert all(count == 1 for count in per_event.values()), per_event
+    assert [e.kind for e in first_turn][:2] == ["turn_started", "model_response"]
