@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from sqlalchemy import text
+
 from tooltrail import (
     AlwaysRecoverable,
     Analysis,
@@ -23,6 +25,7 @@ from tooltrail import (
     FixedDelay,
     Host,
     InputFix,
+    NoRetry,
     ReflectionContext,
     RetryForever,
     RunConfig,
@@ -295,6 +298,30 @@ async def parallel_model_turn(tt: Tooltrail) -> str:
     return result.turns[0]
 
 
+@tool(local=True, idempotent=True)
+def charge_local(order: str) -> str:
+    """Charge an order once (a local tool)."""
+    return f"charged {order}"
+
+
+async def local_attempt_spent(tt: Tooltrail) -> str:
+    # A local attempt out of infrastructure retries (its idempotency key cannot be claimed
+    # while the table is away): a soft failed attempt, not a failed turn.
+    async with tt.store.engine.begin() as connection:
+        await connection.execute(text("ALTER TABLE idempotency_record RENAME TO away"))
+    try:
+        turn = await tt.run_turn(
+            [ToolCall("c1", "charge_local", {"order": "o-1"})],
+            session_id="hist-local-spent",
+            config=RunConfig(infrastructure_retries=2, recovery=NoRetry()),
+        )
+    finally:
+        async with tt.store.engine.begin() as connection:
+            await connection.execute(text("ALTER TABLE away RENAME TO idempotency_record"))
+    assert turn.results[0].is_error, turn.results
+    return turn.turn_id
+
+
 async def local_model_turn(tt: Tooltrail) -> str:
     # A model turn whose model call is a local activity (start_agent(local_model=True)).
     result = await tt.run_agent("go", session_id="hist-agent-local", local_model=True)
@@ -357,6 +384,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "agent_run_state_in_db": (agent_run, Host(TOOLS, model=agent_model())),
     "model_turn_state_in_db": (agent_turn, Host(TOOLS, model=agent_model())),
     "model_turn_local_model": (local_model_turn, Host(TOOLS, model=agent_model())),
+    "local_attempt_spent": (local_attempt_spent, Host([*TOOLS, charge_local])),
     "model_turn_parallel": (
         parallel_model_turn,
         Host(
