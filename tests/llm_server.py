@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ class RecordedRequest:
     """Header names lowercased."""
     body: Any
     """The decoded JSON body (``None`` when it was not JSON)."""
+    received_at: float = field(default_factory=time.monotonic)
+    """When it arrived (``time.monotonic``)."""
 
 
 class _Handler(BaseHTTPRequestHandler):

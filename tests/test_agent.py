@@ -112,14 +112,20 @@ async def test_a_local_model_call_runs_in_the_turns_workflow_task(stack: StackFa
     # in a local activity (a marker in the turn's history, no activity of its own).
     with LLMServer() as server:
         for _ in range(2):
-            server.reply(429, {"error": {"message": "slow down"}}, retry_after="1")
+            # Longer than the retry policy's first interval (1 s): the server's word counts.
+            server.reply(429, {"error": {"message": "slow down"}}, retry_after="2")
             server.reply(body=openai_completion(tool_calls=[("c1", "add", '{"a": 2, "b": 3}')]))
             server.reply(body=openai_completion("The sum is 5."))
         client = OpenAIChatClient(server.url, api_key="k", model="m")
         async with stack(Host([add], model=client)) as tt:
             runs = {
                 local: await tt.run_agent(
-                    "What is 2 + 3?", session_id=f"agent-local-{local}", local_model=local
+                    "What is 2 + 3?",
+                    session_id=f"agent-local-{local}",
+                    local_model=local,
+                    # The rate limit's wait would let a time-based audit batch go before the
+                    # tool call in one run and not the other: only the turns' ends write.
+                    config=RunConfig(audit_interval_s=60),
                 )
                 for local in (False, True)
             }
@@ -137,6 +143,8 @@ async def test_a_local_model_call_runs_in_the_turns_workflow_task(stack: StackFa
             }
     assert [run.text for run in runs.values()] == ["The sum is 5."] * 2
     assert len(server.requests) == 6  # the rate-limited request was retried in both runs
+    waits = [server.requests[i + 1].received_at - server.requests[i].received_at for i in (0, 3)]
+    assert all(wait >= 1.9 for wait in waits), waits
     assert trails[True] == trails[False]
     assert conversations[True] == conversations[False]
 
