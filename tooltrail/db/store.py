@@ -145,6 +145,25 @@ async def record_events(
     await session.execute(stmt, rows)
 
 
+async def _write_records(session: AsyncSession, flush: Flush) -> None:
+    """A flush's audit part: turn row, events, session state, conversation (not memory)."""
+    if flush.turn is not None:
+        await record_turn(session, turn=flush.turn)
+    await record_events(session, turn_id=flush.turn_id, events=flush.events)
+    if flush.session is not None:
+        await record_session_state(
+            session, session_id=flush.session_id, turn_id=flush.turn_id, state=flush.session
+        )
+    if flush.conversation is not None:
+        # An agent turn's tool results, where its run's next model call reads them.
+        await append_messages(
+            session,
+            run_id=flush.conversation.run_id,
+            start_seq=flush.conversation.start_seq,
+            messages=flush.conversation.messages,
+        )
+
+
 async def record_memory(session: AsyncSession, *, entries: Sequence[MemoryEntry]) -> None:
     """Insert memory entries; those already stored under (turn, seq) are left alone."""
     if not entries:
@@ -266,13 +285,29 @@ class AuditStore:
         self.sessions: async_sessionmaker[AsyncSession] = session_factory(self.engine)
 
     async def write_flush(self, flush: Flush) -> None:
-        """Write a flush: turn row, events, session state, conversation in one transaction; memory.
+        """Write a flush: turn row, events, session state, conversation and memory.
+
+        One transaction holds them all (a commit fewer per batch); when it fails and the flush
+        has memory, the records are written on their own and the memory after them, so a
+        memory failure never costs the audit trail its write.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the turn row or the events could not be written.
                 Memory failures are logged and dropped (memory keeps the gist; the audit
                 trail has everything).
         """
+        if flush.memory:
+            try:
+                async with self.sessions.begin() as session:
+                    await _write_records(session, flush)
+                    await record_memory(session, entries=flush.memory)
+                return
+            except Exception:
+                log.debug(
+                    "flush of turn %r failed in one transaction; writing its parts apart",
+                    flush.turn_id,
+                    exc_info=True,
+                )
         if (
             flush.turn is not None
             or flush.events
@@ -280,24 +315,7 @@ class AuditStore:
             or flush.conversation is not None
         ):
             async with self.sessions.begin() as session:
-                if flush.turn is not None:
-                    await record_turn(session, turn=flush.turn)
-                await record_events(session, turn_id=flush.turn_id, events=flush.events)
-                if flush.session is not None:
-                    await record_session_state(
-                        session,
-                        session_id=flush.session_id,
-                        turn_id=flush.turn_id,
-                        state=flush.session,
-                    )
-                if flush.conversation is not None:
-                    # An agent turn's tool results, where its run's next model call reads them.
-                    await append_messages(
-                        session,
-                        run_id=flush.conversation.run_id,
-                        start_seq=flush.conversation.start_seq,
-                        messages=flush.conversation.messages,
-                    )
+                await _write_records(session, flush)
         if flush.memory:
             try:
                 async with self.sessions.begin() as session:
