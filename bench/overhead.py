@@ -1,14 +1,16 @@
 """What a durable tool call costs: tooltrail vs the raw Temporal floor vs a direct call.
 
 - direct: the tool's validation and body in-process (no durability at all);
-- floor: a plain Temporal workflow with one plain activity per call (the engine's minimum);
+- floor: a plain Temporal workflow with one plain activity per call (the engine's minimum),
+  started plainly, and started eagerly (``request_eager_start``, as tooltrail's client
+  starts a turn: the worker in the same process gets the first workflow task at once);
 - tooltrail: a TurnWorkflow with the full pipeline and the SQL audit trail;
 - tooltrail local: the same no-op tool declared ``@tool(local=True)`` (a local activity).
 
 Milliseconds per call, for one no-op call per turn and 50 sequential calls per turn (median
-of the runs). Each pair runs on two embedded
-dev servers in turn: one with Temporal's defaults, one with tooltrail's settings
-(``DEV_SERVER_ARGS``: the transfer-queue poll limit raised), to show what that setting buys.
+of the runs). Each pair runs on two embedded dev servers in turn: one with Temporal's
+defaults, one with tooltrail's settings (``DEV_SERVER_ARGS``: the transfer-queue poll limit
+raised), to show what that setting buys.
 Run: ``python -m bench.overhead`` (or ``make bench``).
 """
 
@@ -78,10 +80,20 @@ async def measure(tt: Tooltrail, calls: int) -> dict[str, float]:
             "BenchFloorWorkflow", calls, id=f"floor-{uuid.uuid4()}", task_queue="floor"
         )
 
-    for warm in (durable, durable_local, floor):
+    async def floor_eager() -> None:
+        await tt.client.execute_workflow(
+            "BenchFloorWorkflow",
+            calls,
+            id=f"floor-{uuid.uuid4()}",
+            task_queue="floor",
+            request_eager_start=True,
+        )
+
+    for warm in (durable, durable_local, floor, floor_eager):
         await warm()
     return {
         "floor": median(await timed(floor, repeat)) / calls,
+        "floor_eager": median(await timed(floor_eager, repeat)) / calls,
         "tooltrail": median(await timed(durable, repeat)) / calls,
         "local": median(await timed(durable_local, repeat)) / calls,
     }
@@ -104,9 +116,11 @@ async def main() -> None:
                 plain["floor"],
                 plain["tooltrail"],
                 tuned["floor"],
+                tuned["floor_eager"],
                 tuned["tooltrail"],
                 tuned["local"],
                 tuned["tooltrail"] / tuned["floor"],
+                tuned["tooltrail"] / tuned["floor_eager"],
                 tuned["local"] / tuned["floor"],
             ]
         )
@@ -118,9 +132,11 @@ async def main() -> None:
             "floor ms (server defaults)",
             "tooltrail ms (server defaults)",
             "floor ms",
+            "floor ms (eager start)",
             "tooltrail ms",
             "local tool ms",
             "tooltrail / floor",
+            "tooltrail / eager floor",
             "local / floor",
         ],
         rows,

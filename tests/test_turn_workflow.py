@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
 
 from tests.conftest import StackFactory
 from tooltrail import (
@@ -443,3 +444,28 @@ async def test_duplicate_call_ids_run_once(stack: StackFactory) -> None:
         ("other", "third", False),
     ]
     assert calls["echo"] - before == 2
+
+
+async def test_a_turn_starts_eagerly_on_a_worker_of_its_own_client(stack: StackFactory) -> None:
+    # The client asks for an eager start: when a worker of the turn's queue runs on the same
+    # client (tooltrail.local), the server hands it the first workflow task with its answer
+    # to the start; a client without one (a separate process) gets a plain start.
+    host = Host([echo])
+    async with stack(host) as tt:
+        eager = await tt.run_turn([ToolCall("c1", "echo", {"text": "a"})], session_id="eager")
+        config = tt.client.config()
+        other = await Client.connect(
+            tt.client.service_client.config.target_host,
+            namespace=tt.client.namespace,
+            data_converter=config["data_converter"],
+        )
+        remote = Tooltrail(other, host, task_queue=tt.task_queue, store=tt.store)
+        plain = await remote.run_turn([ToolCall("c1", "echo", {"text": "b"})], session_id="eager")
+        accepted = [
+            (await tt.client.get_workflow_handle(turn.turn_id).fetch_history())
+            .events[0]
+            .workflow_execution_started_event_attributes.eager_execution_accepted
+            for turn in (eager, plain)
+        ]
+    assert [eager.results[0].output, plain.results[0].output] == ["a", "b"]
+    assert accepted == [True, False]
