@@ -268,7 +268,12 @@ async def run_peer(client: Client, queue: str, prompt: str) -> str:
     """One Pydantic AI agent run; returns its workflow id."""
     workflow_id = f"peer-{uuid.uuid4()}"
     answer = await client.execute_workflow(
-        "BenchPeerWorkflow", prompt, id=workflow_id, task_queue=queue, result_type=str
+        "BenchPeerWorkflow",
+        prompt,
+        id=workflow_id,
+        task_queue=queue,
+        result_type=str,
+        request_eager_start=True,  # started as tooltrail starts a run
     )
     expected = f"done {parse_prompt(prompt)[1]}"
     if answer != expected:

@@ -2,8 +2,9 @@
 
 Per turn size: wall time per call, Temporal history events per call and history bytes per
 call (each event's ``SerializeToString()``), for tooltrail's ``TurnWorkflow`` and for the
-raw floor (``BenchFloorWorkflow``: one plain activity per call). Flat columns mean a turn's
-cost is linear in its calls. Run: ``python -m bench.scale``.
+raw floor (``BenchFloorWorkflow``: one plain activity per call; started eagerly, as tooltrail
+starts a turn). Flat columns mean a turn's cost is linear in its calls.
+Run: ``python -m bench.scale``.
 """
 
 from __future__ import annotations
@@ -50,7 +51,11 @@ async def main() -> None:
                 async def floor(calls: int = calls, ids: list[str] = floor_ids) -> None:
                     workflow_id = f"floor-{uuid.uuid4()}"
                     await tt.client.execute_workflow(
-                        "BenchFloorWorkflow", calls, id=workflow_id, task_queue=floor_queue
+                        "BenchFloorWorkflow",
+                        calls,
+                        id=workflow_id,
+                        task_queue=floor_queue,
+                        request_eager_start=True,  # started as tooltrail starts a turn
                     )
                     ids.append(workflow_id)
 

@@ -2,7 +2,8 @@
 
 Every turn has one no-op call and its own session; all N are started at once and the wall
 time runs until the last one has its results. The floor is N concurrent plain workflows of
-one plain activity each on the same server. Run: ``python -m bench.throughput``.
+one plain activity each on the same server (both started eagerly).
+Run: ``python -m bench.throughput``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,11 @@ async def floor_wave(tt: Tooltrail, queue: str, n: int) -> float:
     await asyncio.gather(
         *(
             tt.client.execute_workflow(
-                "BenchFloorWorkflow", 1, id=f"floor-{uuid.uuid4()}", task_queue=queue
+                "BenchFloorWorkflow",
+                1,
+                id=f"floor-{uuid.uuid4()}",
+                task_queue=queue,
+                request_eager_start=True,  # started as tooltrail starts a turn
             )
             for _ in range(n)
         )
