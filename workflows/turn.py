@@ -592,7 +592,7 @@ class TurnWorkflow:
     async def _model_phase(
         self, phase: ModelPhase, started: datetime
     ) -> tuple[ModelResponse, list[CallVerdict] | None]:
-        """Ask the model (one activity, which also keeps the conversation in SQL)."""
+        """Ask the model (one activity, local with ``phase.local``; it keeps the conversation)."""
         flush = await self._records_for_activity()
         request = ModelTurnRequest(
             phase=phase,
