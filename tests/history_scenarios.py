@@ -42,6 +42,7 @@ from tooltrail.db.migrate import upgrade
 from tooltrail.db.store import AuditStore
 from tooltrail.embedded import start_dev_server
 from tooltrail.hooks import Ask, Block, PreToolUseContext
+from tooltrail.llm.messages import ModelRequest, ModelResponse
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 from tooltrail.memoize import MemoizingMiddleware
 from tooltrail.results import TextPart
@@ -322,6 +323,25 @@ async def local_attempt_spent(tt: Tooltrail) -> str:
     return turn.turn_id
 
 
+class SlowModel:
+    """A model that takes a minute to answer."""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Answer, eventually."""
+        await asyncio.sleep(60)
+        return text_response("late")
+
+
+async def model_call_cancelled(tt: Tooltrail) -> str:
+    # The run is cancelled while its turn waits for the model: the turn ends cancelled.
+    handle = await tt.start_agent("wait", session_id="hist-model-cancel")
+    await asyncio.sleep(1.5)
+    await handle.cancel()
+    with contextlib.suppress(TurnCancelled):
+        await handle.result()
+    return f"{handle.run_id}-turn-0"
+
+
 async def local_model_turn(tt: Tooltrail) -> str:
     # A model turn whose model call is a local activity (start_agent(local_model=True)).
     result = await tt.run_agent("go", session_id="hist-agent-local", local_model=True)
@@ -385,6 +405,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "model_turn_state_in_db": (agent_turn, Host(TOOLS, model=agent_model())),
     "model_turn_local_model": (local_model_turn, Host(TOOLS, model=agent_model())),
     "local_attempt_spent": (local_attempt_spent, Host([*TOOLS, charge_local])),
+    "model_call_cancelled": (model_call_cancelled, Host(TOOLS, model=SlowModel())),
     "model_turn_parallel": (
         parallel_model_turn,
         Host(

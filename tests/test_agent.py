@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from tooltrail import (
     TurnFailed,
     tool,
 )
+from tooltrail.llm.messages import ModelRequest, ModelResponse
 from tooltrail.llm.openai import OpenAIChatClient
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 
@@ -342,3 +344,52 @@ async def test_loop_detection_spans_the_turns_of_an_agent_run(stack: StackFactor
         "completed",
         "failed",
     ]
+
+
+class SlowModel:
+    """A model that takes 60 s to answer."""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Answer, eventually."""
+        await asyncio.sleep(60)
+        return text_response("late")
+
+
+@pytest.mark.parametrize("local_model", [False, True])
+async def test_cancelling_a_run_during_its_model_call(
+    stack: StackFactory, local_model: bool
+) -> None:
+    # The turn ends cancelled, not failed ("model call failed: Activity cancelled"). A local
+    # model call runs inside the turn's workflow task, so the cancellation reaches the turn
+    # only when that task next completes: the task heartbeat the SDK sends while a local
+    # activity outlives the task timeout (every ~8 s with the default 10 s timeout).
+    async with stack(Host([add], model=SlowModel())) as tt:
+        handle = await tt.start_agent(
+            "wait", session_id=f"agent-cancel-{local_model}", local_model=local_model
+        )
+        turn_id = f"{handle.run_id}-turn-0"
+        for _ in range(200):
+            if await tt.store.turn(turn_id) is not None or await _started(tt, turn_id):
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+        asked = time.monotonic()
+        await handle.cancel()
+        with pytest.raises(TurnCancelled):
+            await handle.result()
+        waited = time.monotonic() - asked
+        for _ in range(100):
+            turn = await tt.store.turn(turn_id)
+            if turn is not None and turn.status != "running":
+                break
+            await asyncio.sleep(0.1)
+    assert waited < 20, f"the cancellation took {waited:.1f} s"
+    assert turn is not None and turn.status == "cancelled"
+
+
+async def _started(tt: Any, workflow_id: str) -> bool:
+    try:
+        history = await tt.client.get_workflow_handle(workflow_id).fetch_history()
+    except Exception:
+        return False
+    return any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED for e in history.events)

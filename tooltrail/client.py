@@ -464,8 +464,9 @@ class Tooltrail:
             local_model: ask the model in a Temporal *local activity*, in the worker that
                 runs the turn: each model turn saves a server round trip and a workflow task
                 (the model's answer is recorded in the history all the same). The trade-off:
-                no heartbeats (the 10-minute timeout bounds a hung call, cancellation is
-                best-effort), a call whose worker is lost is made again by the next worker
+                no heartbeats (the 10-minute timeout bounds a hung call, and a cancellation
+                reaches a call in flight only at the next workflow task heartbeat, up to
+                ~8 s later), a call whose worker is lost is made again by the next worker
                 (the stored answer is reused when it was stored), retries back off in the worker
                 (``MODEL_RETRY_POLICY`` waits at most 30 s), and a call longer than the
                 workflow task timeout (10 s) keeps the task alive with a heartbeat task every

@@ -96,6 +96,10 @@ _PATCH_AUDIT_BATCHES = "audit-batches"
 # wrapped in an ActivityError as a regular activity's is (its timeouts are wrapped either
 # way). Turns recorded before this was known failed on such an error instead of handling it.
 _PATCH_LOCAL_FAILURES = "local-activity-failures"
+# A model call cut short by the turn's cancellation resolves as a failed activity; turns
+# recorded before this was handled ended failed ("model call failed: ...") instead of
+# cancelled.
+_PATCH_MODEL_CANCELLATION = "model-call-cancellation"
 _BATCH_EVENTS = 200
 """Pending events that make the next tool call write a batch, however recent the last."""
 # A reflector may call a model: give it time, and retry infrastructure failures a little.
@@ -175,11 +179,16 @@ def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
-def _raise_if_cancelled() -> None:
-    # Temporal delivers workflow cancellation by cancelling the run task; when a result and
-    # the cancellation arrive together, the pending request must win (spec §9.5).
+def _cancelling() -> bool:
+    # Temporal delivers workflow cancellation by cancelling the run task.
     task = asyncio.current_task()
-    if task is not None and task.cancelling():
+    return task is not None and task.cancelling() > 0
+
+
+def _raise_if_cancelled() -> None:
+    # When a result and the cancellation arrive together, the pending request must win
+    # (spec §9.5).
+    if _cancelling():
         raise asyncio.CancelledError()
 
 
@@ -626,6 +635,8 @@ class TurnWorkflow:
             if not _handles(failure):
                 raise
             self._flushed(flush, written=False)
+            if _cancelling() and workflow.patched(_PATCH_MODEL_CANCELLATION):
+                raise asyncio.CancelledError() from None  # the turn ends cancelled
             cause = failure.cause if isinstance(failure, ActivityError) else None
             raise TurnFailed(f"model call failed: {cause or failure}") from None
         self._flushed(flush, written=outcome.flushed)
