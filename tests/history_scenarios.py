@@ -342,6 +342,25 @@ async def model_call_cancelled(tt: Tooltrail) -> str:
     return f"{handle.run_id}-turn-0"
 
 
+class PonderingReflector:
+    """A reflector that takes a minute to judge."""
+
+    async def analyze(self, ctx: ReflectionContext) -> Analysis:
+        """Judge, eventually."""
+        await asyncio.sleep(60)
+        return Analysis(is_recoverable=True, root_cause=ctx.error)
+
+
+async def reflector_cancelled(tt: Tooltrail) -> str:
+    # The turn is cancelled while the reflector judges a failure: it ends cancelled.
+    handle = await tt.start_turn([ToolCall("c1", "fails", {})], session_id="hist")
+    await asyncio.sleep(1.5)
+    await handle.cancel()
+    with contextlib.suppress(TurnCancelled):
+        await handle.result()
+    return handle.turn_id
+
+
 async def local_model_turn(tt: Tooltrail) -> str:
     # A model turn whose model call is a local activity (start_agent(local_model=True)).
     result = await tt.run_agent("go", session_id="hist-agent-local", local_model=True)
@@ -406,6 +425,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "model_turn_local_model": (local_model_turn, Host(TOOLS, model=agent_model())),
     "local_attempt_spent": (local_attempt_spent, Host([*TOOLS, charge_local])),
     "model_call_cancelled": (model_call_cancelled, Host(TOOLS, model=SlowModel())),
+    "reflector_cancelled": (reflector_cancelled, Host(TOOLS, reflector=PonderingReflector())),
     "model_turn_parallel": (
         parallel_model_turn,
         Host(

@@ -308,6 +308,41 @@ async def test_cancel_during_a_long_backoff_returns_promptly(stack: StackFactory
     assert events[-1].kind == "turn_end" and events[-1].payload["error"] == "cancelled"
 
 
+class PonderingReflector:
+    """A reflector that takes a minute to judge."""
+
+    async def analyze(self, ctx: ReflectionContext) -> Analysis:
+        """Judge, eventually."""
+        await asyncio.sleep(60)
+        return Analysis(is_recoverable=True, root_cause=ctx.error)
+
+
+async def test_cancel_while_the_reflector_judges(stack: StackFactory) -> None:
+    # The cancelled reflector activity resolves as a failure: the turn must end cancelled,
+    # not go on with "reflector unavailable" as the call's recovery decision.
+    async with stack(Host([flaky], reflector=PonderingReflector())) as tt:
+        handle = await tt.start_turn([ToolCall("c1", "flaky", {})], session_id="s")
+
+        async def reflecting() -> bool:
+            history = await history_of(tt, handle.turn_id)
+            return any(
+                e.activity_task_scheduled_event_attributes.activity_type.name == RECOVERY_REFLECT
+                for e in history.events
+                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            )
+
+        await wait_for(reflecting)
+        await asyncio.sleep(0.2)
+        await handle.cancel()
+        with pytest.raises(TurnCancelled):
+            await handle.result()
+        events = await tt.audit(handle.turn_id)
+        row = await tt.store.turn(handle.turn_id)
+    assert row is not None and row.status == "cancelled"
+    assert not [e for e in events if "reflector unavailable" in str(e.payload)]
+    assert events[-1].kind == "turn_end" and events[-1].payload["error"] == "cancelled"
+
+
 async def test_cancel_while_tools_run(stack: StackFactory) -> None:
     started = asyncio.Event()
     outcome: dict[str, Any] = {}

@@ -96,10 +96,10 @@ _PATCH_AUDIT_BATCHES = "audit-batches"
 # wrapped in an ActivityError as a regular activity's is (its timeouts are wrapped either
 # way). Turns recorded before this was known failed on such an error instead of handling it.
 _PATCH_LOCAL_FAILURES = "local-activity-failures"
-# A model call cut short by the turn's cancellation resolves as a failed activity; turns
-# recorded before this was handled ended failed ("model call failed: ...") instead of
-# cancelled.
-_PATCH_MODEL_CANCELLATION = "model-call-cancellation"
+# An activity cut short by the turn's cancellation resolves as a failed activity; where that
+# failure was an answer (the model call failed, the reflector was unavailable), turns
+# recorded before this was handled went on with it instead of ending cancelled.
+_PATCH_CANCELLED_ACTIVITY = "cancelled-activity"
 _BATCH_EVENTS = 200
 """Pending events that make the next tool call write a batch, however recent the last."""
 # A reflector may call a model: give it time, and retry infrastructure failures a little.
@@ -183,6 +183,13 @@ def _cancelling() -> bool:
     # Temporal delivers workflow cancellation by cancelling the run task.
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
+
+
+def _raise_if_cancelled_activity() -> None:
+    # Called where an activity failed: if the turn's cancellation cut it short, the turn
+    # ends cancelled instead of taking the failure for an answer (_PATCH_CANCELLED_ACTIVITY).
+    if _cancelling() and workflow.patched(_PATCH_CANCELLED_ACTIVITY):
+        raise asyncio.CancelledError()
 
 
 def _raise_if_cancelled() -> None:
@@ -456,6 +463,8 @@ class TurnWorkflow:
         except (ActivityError, ApplicationError) as failure:
             if not _handles(failure):
                 raise
+            # Cancelled while writing: a backoff timer or an approval wait must not follow.
+            _raise_if_cancelled_activity()
             workflow.logger.warning("audit batch not written; it goes with the next one")
         finally:
             self._flushed(flush, written=written)
@@ -635,8 +644,7 @@ class TurnWorkflow:
             if not _handles(failure):
                 raise
             self._flushed(flush, written=False)
-            if _cancelling() and workflow.patched(_PATCH_MODEL_CANCELLATION):
-                raise asyncio.CancelledError() from None  # the turn ends cancelled
+            _raise_if_cancelled_activity()
             cause = failure.cause if isinstance(failure, ActivityError) else None
             raise TurnFailed(f"model call failed: {cause or failure}") from None
         self._flushed(flush, written=outcome.flushed)
@@ -1167,6 +1175,7 @@ class TurnWorkflow:
                     retry_policy=_REFLECT_RETRY,
                 )
             except ActivityError as failure:
+                _raise_if_cancelled_activity()
                 return None, Fail(reason=f"reflector unavailable: {failure.cause or failure}")
             if reflected.analysis is None:
                 return None, Fail(reason=reflected.error or text)
