@@ -97,8 +97,9 @@ _PATCH_AUDIT_BATCHES = "audit-batches"
 # way). Turns recorded before this was known failed on such an error instead of handling it.
 _PATCH_LOCAL_FAILURES = "local-activity-failures"
 # An activity cut short by the turn's cancellation resolves as a failed activity; where that
-# failure was an answer (the model call failed, the reflector was unavailable), turns
-# recorded before this was handled went on with it instead of ending cancelled.
+# failure was an answer (the model call failed, the reflector was unavailable, an audit batch
+# was not written), turns recorded before this was handled went on with it instead of ending
+# cancelled.
 _PATCH_CANCELLED_ACTIVITY = "cancelled-activity"
 _BATCH_EVENTS = 200
 """Pending events that make the next tool call write a batch, however recent the last."""
