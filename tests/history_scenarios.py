@@ -46,6 +46,7 @@ from tooltrail.llm.messages import ModelRequest, ModelResponse
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 from tooltrail.memoize import MemoizingMiddleware
 from tooltrail.results import TextPart
+from tooltrail.scratch import ScratchDirs
 from tooltrail.worker import build_worker
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
@@ -361,6 +362,21 @@ async def reflector_cancelled(tt: Tooltrail) -> str:
     return handle.turn_id
 
 
+def _failing_remove(self: ScratchDirs, session_id: str) -> bool:
+    raise RuntimeError("the disk is on fire")
+
+
+async def cleanup_fails(tt: Tooltrail) -> str:
+    # The run's scratch cleanup fails every try: the run still ends with its answer.
+    original = ScratchDirs.remove
+    ScratchDirs.remove = _failing_remove  # type: ignore[method-assign]
+    try:
+        result = await tt.run_agent("go", session_id="hist-cleanup-fails")
+    finally:
+        ScratchDirs.remove = original  # type: ignore[method-assign]
+    return result.run_id
+
+
 async def local_model_turn(tt: Tooltrail) -> str:
     # A model turn whose model call is a local activity (start_agent(local_model=True)).
     result = await tt.run_agent("go", session_id="hist-agent-local", local_model=True)
@@ -426,6 +442,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "local_attempt_spent": (local_attempt_spent, Host([*TOOLS, charge_local])),
     "model_call_cancelled": (model_call_cancelled, Host(TOOLS, model=SlowModel())),
     "reflector_cancelled": (reflector_cancelled, Host(TOOLS, reflector=PonderingReflector())),
+    "agent_cleanup_fails": (cleanup_fails, Host(TOOLS, model=ScriptedModel([text_response("ok")]))),
     "model_turn_parallel": (
         parallel_model_turn,
         Host(

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
+from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import StackFactory
 from tests.faults.history import intervals, max_overlap
@@ -19,13 +22,17 @@ from tooltrail import (
     LoopDetected,
     LoopDetection,
     RunConfig,
+    Tooltrail,
     TurnCancelled,
     TurnFailed,
     tool,
 )
+from tooltrail.db.store import AuditStore
 from tooltrail.llm.messages import ModelRequest, ModelResponse
 from tooltrail.llm.openai import OpenAIChatClient
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
+from tooltrail.scratch import ScratchDirs
+from tooltrail.worker import build_worker
 
 
 @tool
@@ -393,3 +400,33 @@ async def _started(tt: Any, workflow_id: str) -> bool:
     except Exception:
         return False
     return any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED for e in history.events)
+
+
+class BrokenScratch(ScratchDirs):
+    """Scratch directories whose removal fails."""
+
+    def remove(self, session_id: str) -> bool:
+        """Fail."""
+        raise RuntimeError("the disk is on fire")
+
+
+async def test_a_failing_scratch_cleanup_does_not_fail_the_run(
+    temporal_env: WorkflowEnvironment, sqlite_url: str, tmp_path: Path
+) -> None:
+    # The cleanup is best effort: once its retries are spent the run still gives its answer.
+    host = Host([add], model=ScriptedModel([text_response("done")]))
+    store = AuditStore(sqlite_url)
+    task_queue = f"tq-{uuid.uuid4()}"
+    tt = Tooltrail(temporal_env.client, host, task_queue=task_queue, store=store)
+    try:
+        async with build_worker(
+            temporal_env.client,
+            host,
+            task_queue=task_queue,
+            store=store,
+            scratch=BrokenScratch(tmp_path),
+        ):
+            result = await tt.run_agent("hi", session_id="agent-broken-scratch")
+    finally:
+        await store.close()
+    assert (result.text, result.stopped_by) == ("done", "answer")

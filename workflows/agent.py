@@ -13,6 +13,7 @@ from typing import Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 from tooltrail.llm.messages import Message, Usage
@@ -33,6 +34,8 @@ __all__ = ["AgentRunWorkflow"]
 
 # Runs recorded before the session cleanup became a local activity schedule a regular one.
 _PATCH_LOCAL_CLEANUP = "session-cleanup-local"
+# Runs recorded before a failed cleanup was only logged failed there, after their answer.
+_PATCH_CLEANUP_BEST_EFFORT = "session-cleanup-best-effort"
 # Runs recorded before their turns kept the session state and tool results in the database
 # pass both from turn to turn through the run (ModelPhase.state_in_db).
 _PATCH_STATE_IN_DB = "agent-state-in-db"
@@ -155,13 +158,18 @@ class AgentRunWorkflow:
             # A local activity: no server round trip at the end of every run. It runs on the
             # worker of this workflow task, which is as good a guess as any worker of the
             # queue (scratch directories live on whichever workers ran the tools).
-            await workflow.execute_local_activity(
-                SESSION_CLEANUP,
-                CloseSessionInput(session_id=session_id),
-                result_type=bool,
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=RetryPolicy(maximum_attempts=3),
-            )
+            try:
+                await workflow.execute_local_activity(
+                    SESSION_CLEANUP,
+                    CloseSessionInput(session_id=session_id),
+                    result_type=bool,
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=RetryPolicy(maximum_attempts=3),
+                )
+            except (ActivityError, ApplicationError) as failure:
+                if not workflow.patched(_PATCH_CLEANUP_BEST_EFFORT):
+                    raise
+                workflow.logger.warning("scratch cleanup of %r failed: %s", session_id, failure)
             return
         await workflow.execute_activity(
             SESSION_CLEANUP,
