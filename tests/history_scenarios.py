@@ -377,6 +377,27 @@ async def cleanup_fails(tt: Tooltrail) -> str:
     return result.run_id
 
 
+async def close_session_fails(tt: Tooltrail) -> str:
+    # Closing a session whose scratch cleanup fails every try answers False.
+    original = ScratchDirs.remove
+    ScratchDirs.remove = _failing_remove  # type: ignore[method-assign]
+    try:
+        workflow_id = f"close-session-failing-{uuid.uuid4()}"
+        from tooltrail.wire import CloseSessionInput
+
+        removed = await tt.client.execute_workflow(
+            "CloseSessionWorkflow",
+            CloseSessionInput(session_id="failing"),
+            id=workflow_id,
+            task_queue=tt.task_queue,
+            result_type=bool,
+        )
+    finally:
+        ScratchDirs.remove = original  # type: ignore[method-assign]
+    assert removed is False
+    return workflow_id
+
+
 async def local_model_turn(tt: Tooltrail) -> str:
     # A model turn whose model call is a local activity (start_agent(local_model=True)).
     result = await tt.run_agent("go", session_id="hist-agent-local", local_model=True)
@@ -442,6 +463,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "local_attempt_spent": (local_attempt_spent, Host([*TOOLS, charge_local])),
     "model_call_cancelled": (model_call_cancelled, Host(TOOLS, model=SlowModel())),
     "reflector_cancelled": (reflector_cancelled, Host(TOOLS, reflector=PonderingReflector())),
+    "close_session_fails": (close_session_fails, Host(TOOLS)),
     "agent_cleanup_fails": (cleanup_fails, Host(TOOLS, model=ScriptedModel([text_response("ok")]))),
     "model_turn_parallel": (
         parallel_model_turn,

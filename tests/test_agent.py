@@ -410,10 +410,11 @@ class BrokenScratch(ScratchDirs):
         raise RuntimeError("the disk is on fire")
 
 
-async def test_a_failing_scratch_cleanup_does_not_fail_the_run(
+async def test_a_failing_scratch_cleanup_fails_neither_the_run_nor_close_session(
     temporal_env: WorkflowEnvironment, sqlite_url: str, tmp_path: Path
 ) -> None:
-    # The cleanup is best effort: once its retries are spent the run still gives its answer.
+    # The cleanup is best effort: once its retries are spent the run still gives its answer,
+    # and closing the session answers that nothing was removed.
     host = Host([add], model=ScriptedModel([text_response("done")]))
     store = AuditStore(sqlite_url)
     task_queue = f"tq-{uuid.uuid4()}"
@@ -427,6 +428,8 @@ async def test_a_failing_scratch_cleanup_does_not_fail_the_run(
             scratch=BrokenScratch(tmp_path),
         ):
             result = await tt.run_agent("hi", session_id="agent-broken-scratch")
+            closed = await tt.close_session("agent-broken-scratch")
     finally:
         await store.close()
     assert (result.text, result.stopped_by) == ("done", "answer")
+    assert closed is False

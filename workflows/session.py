@@ -6,10 +6,14 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
 
 from tooltrail.wire import SESSION_CLEANUP, CloseSessionInput
 
 __all__ = ["CloseSessionWorkflow"]
+
+# Runs recorded before a failed cleanup answered False failed instead.
+_PATCH_CLEANUP_BEST_EFFORT = "session-cleanup-best-effort"
 
 
 @workflow.defn(name="CloseSessionWorkflow")
@@ -19,11 +23,17 @@ class CloseSessionWorkflow:
     @workflow.run
     async def run(self, inp: CloseSessionInput) -> bool:
         """Run the cleanup activity; return whether a directory was removed."""
-        removed: bool = await workflow.execute_activity(
-            SESSION_CLEANUP,
-            inp,
-            result_type=bool,
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=RetryPolicy(maximum_attempts=3),
-        )
+        try:
+            removed: bool = await workflow.execute_activity(
+                SESSION_CLEANUP,
+                inp,
+                result_type=bool,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )
+        except ActivityError as failure:
+            if not workflow.patched(_PATCH_CLEANUP_BEST_EFFORT):
+                raise
+            workflow.logger.warning("scratch cleanup of %r failed: %s", inp.session_id, failure)
+            return False
         return removed
