@@ -13,11 +13,12 @@ import contextlib
 import json
 import tempfile
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 from sqlalchemy import text
 
+from tests.stand_ins import BrokenScratch, PonderingReflector, SlowModel
 from tooltrail import (
     AlwaysRecoverable,
     Analysis,
@@ -42,7 +43,6 @@ from tooltrail.db.migrate import upgrade
 from tooltrail.db.store import AuditStore
 from tooltrail.embedded import start_dev_server
 from tooltrail.hooks import Ask, Block, PreToolUseContext
-from tooltrail.llm.messages import ModelRequest, ModelResponse
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 from tooltrail.memoize import MemoizingMiddleware
 from tooltrail.results import TextPart
@@ -324,15 +324,6 @@ async def local_attempt_spent(tt: Tooltrail) -> str:
     return turn.turn_id
 
 
-class SlowModel:
-    """A model that takes a minute to answer."""
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Answer, eventually."""
-        await asyncio.sleep(60)
-        return text_response("late")
-
-
 async def model_call_cancelled(tt: Tooltrail) -> str:
     # The run is cancelled while its turn waits for the model: the turn ends cancelled.
     handle = await tt.start_agent("wait", session_id="hist-model-cancel")
@@ -341,15 +332,6 @@ async def model_call_cancelled(tt: Tooltrail) -> str:
     with contextlib.suppress(TurnCancelled):
         await handle.result()
     return f"{handle.run_id}-turn-0"
-
-
-class PonderingReflector:
-    """A reflector that takes a minute to judge."""
-
-    async def analyze(self, ctx: ReflectionContext) -> Analysis:
-        """Judge, eventually."""
-        await asyncio.sleep(60)
-        return Analysis(is_recoverable=True, root_cause=ctx.error)
 
 
 async def reflector_cancelled(tt: Tooltrail) -> str:
@@ -362,29 +344,30 @@ async def reflector_cancelled(tt: Tooltrail) -> str:
     return handle.turn_id
 
 
-def _failing_remove(self: ScratchDirs, session_id: str) -> bool:
-    raise RuntimeError("the disk is on fire")
+@contextlib.contextmanager
+def broken_scratch() -> Iterator[None]:
+    """Make every worker's scratch cleanup fail (the recorder builds the workers itself)."""
+    original = ScratchDirs.remove
+    ScratchDirs.remove = BrokenScratch.remove  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ScratchDirs.remove = original  # type: ignore[method-assign]
 
 
 async def cleanup_fails(tt: Tooltrail) -> str:
     # The run's scratch cleanup fails every try: the run still ends with its answer.
-    original = ScratchDirs.remove
-    ScratchDirs.remove = _failing_remove  # type: ignore[method-assign]
-    try:
+    with broken_scratch():
         result = await tt.run_agent("go", session_id="hist-cleanup-fails")
-    finally:
-        ScratchDirs.remove = original  # type: ignore[method-assign]
     return result.run_id
 
 
 async def close_session_fails(tt: Tooltrail) -> str:
     # Closing a session whose scratch cleanup fails every try answers False.
-    original = ScratchDirs.remove
-    ScratchDirs.remove = _failing_remove  # type: ignore[method-assign]
-    try:
-        workflow_id = f"close-session-failing-{uuid.uuid4()}"
-        from tooltrail.wire import CloseSessionInput
+    workflow_id = f"close-session-failing-{uuid.uuid4()}"
+    from tooltrail.wire import CloseSessionInput
 
+    with broken_scratch():
         removed = await tt.client.execute_workflow(
             "CloseSessionWorkflow",
             CloseSessionInput(session_id="failing"),
@@ -392,8 +375,6 @@ async def close_session_fails(tt: Tooltrail) -> str:
             task_queue=tt.task_queue,
             result_type=bool,
         )
-    finally:
-        ScratchDirs.remove = original  # type: ignore[method-assign]
     assert removed is False
     return workflow_id
 

@@ -17,6 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.conftest import StackFactory
 from tests.faults.history import intervals, max_overlap
 from tests.llm_server import LLMServer, openai_completion
+from tests.stand_ins import BrokenScratch, SlowModel
 from tooltrail import (
     Host,
     LoopDetected,
@@ -28,10 +29,9 @@ from tooltrail import (
     tool,
 )
 from tooltrail.db.store import AuditStore
-from tooltrail.llm.messages import ModelRequest, ModelResponse
 from tooltrail.llm.openai import OpenAIChatClient
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
-from tooltrail.scratch import ScratchDirs
+from tooltrail.wire import TurnRecord
 from tooltrail.worker import build_worker
 
 
@@ -221,12 +221,7 @@ async def test_cancelling_a_run_cancels_the_turn_in_flight(stack: StackFactory) 
         await handle.cancel()
         with pytest.raises(TurnCancelled):
             await handle.result()
-        turn = await tt.store.turn(f"{handle.run_id}-turn-0")
-        for _ in range(100):
-            turn = await tt.store.turn(f"{handle.run_id}-turn-0")
-            if turn is not None and turn.status != "running":
-                break
-            await asyncio.sleep(0.1)
+        turn = await _ended(tt, f"{handle.run_id}-turn-0")
     assert turn is not None and turn.status == "cancelled"
 
 
@@ -353,15 +348,6 @@ async def test_loop_detection_spans_the_turns_of_an_agent_run(stack: StackFactor
     ]
 
 
-class SlowModel:
-    """A model that takes 60 s to answer."""
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Answer, eventually."""
-        await asyncio.sleep(60)
-        return text_response("late")
-
-
 @pytest.mark.parametrize("local_model", [False, True])
 async def test_cancelling_a_run_during_its_model_call(
     stack: StackFactory, local_model: bool
@@ -385,29 +371,28 @@ async def test_cancelling_a_run_during_its_model_call(
         with pytest.raises(TurnCancelled):
             await handle.result()
         waited = time.monotonic() - asked
-        for _ in range(100):
-            turn = await tt.store.turn(turn_id)
-            if turn is not None and turn.status != "running":
-                break
-            await asyncio.sleep(0.1)
+        turn = await _ended(tt, turn_id)
     assert waited < 20, f"the cancellation took {waited:.1f} s"
     assert turn is not None and turn.status == "cancelled"
 
 
-async def _started(tt: Any, workflow_id: str) -> bool:
+async def _ended(tt: Tooltrail, turn_id: str) -> TurnRecord | None:
+    """The turn's row once it has left "running" (its final write follows the result)."""
+    turn = None
+    for _ in range(100):
+        turn = await tt.store.turn(turn_id)
+        if turn is not None and turn.status != "running":
+            break
+        await asyncio.sleep(0.1)
+    return turn
+
+
+async def _started(tt: Tooltrail, workflow_id: str) -> bool:
     try:
         history = await tt.client.get_workflow_handle(workflow_id).fetch_history()
     except Exception:
         return False
     return any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED for e in history.events)
-
-
-class BrokenScratch(ScratchDirs):
-    """Scratch directories whose removal fails."""
-
-    def remove(self, session_id: str) -> bool:
-        """Fail."""
-        raise RuntimeError("the disk is on fire")
 
 
 async def test_a_failing_scratch_cleanup_fails_neither_the_run_nor_close_session(

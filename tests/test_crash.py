@@ -19,12 +19,15 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
 from tests import crash_tools
 from tooltrail import FixedDelay, Host, RunConfig, ToolCall, Tooltrail
 from tooltrail.db.store import AuditStore
+from tooltrail.llm.messages import Message
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
+from tooltrail.wire import AgentRunOutput, AuditEvent
 from tooltrail.worker import build_worker
 
 pytestmark = pytest.mark.crash
@@ -244,68 +247,26 @@ async def test_crash_after_an_idempotent_outcome_committed(
     assert post.payload["dispatch"]["attempt"] == 2
 
 
-async def test_worker_killed_mid_agent_run(
+async def agent_run_around_a_killer(
     temporal_env: WorkflowEnvironment,
     sqlite_url: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("TOOLTRAIL_CRASH_DIR", str(tmp_path))
+    doomed_host: str,
+    survivor: Host,
+    **options: Any,
+) -> tuple[AgentRunOutput, list[Message], list[AuditEvent], WorkflowHistory]:
+    """Start an agent run on a worker process that dies in it; ``survivor`` finishes it.
+
+    ``doomed_host`` names the dying worker's host in ``crash_tools.HOSTS``; ``options`` go
+    to ``start_agent``. Returns the run's result, its conversation, and its first turn's
+    audit trail and history.
+    """
     address = temporal_env.client.service_client.config.target_host
     task_queue = f"crash-{uuid.uuid4()}"
     store = AuditStore(sqlite_url)
-    survivor_model = ScriptedModel([text_response("recovered and done")])
-    survivor = Host(crash_tools.agent_host.registry, model=survivor_model)
     tt = Tooltrail(temporal_env.client, survivor, task_queue=task_queue, store=store)
     try:
-        doomed = await start_worker_process(address, task_queue, sqlite_url, "agent")
-        handle = await tt.start_agent("go", session_id="crash-agent")
-        assert await asyncio.wait_for(doomed.wait(), timeout=60) == -9
-        async with build_worker(
-            temporal_env.client,
-            survivor,
-            task_queue=task_queue,
-            store=store,
-            sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
-        ):
-            result = await asyncio.wait_for(handle.result(), timeout=90)
-        conversation = await tt.conversation(result.run_id)
-        first_turn = await tt.audit(result.turns[0])
-    finally:
-        await store.close()
-    assert (result.text, len(result.turns)) == ("recovered and done", 2)
-    # The first model answer was stored before the crash and never asked for again.
-    assert len(survivor_model.requests) == 1
-    assert [m.role for m in conversation] == ["user", "assistant", "tool", "assistant"]
-    assert conversation[2].content == "fragile survived"
-    assert crash_tools.runs("fragile") == 2, "the interrupted tool ran again (at least once)"
-    assert [e.seq for e in first_turn] == list(range(len(first_turn)))
-    per_event = Counter(
-        (e.kind, e.tool_call_id, e.attempt, e.payload.get("phase")) for e in first_turn
-    )
-    assert all(count == 1 for count in per_event.values()), per_event
-
-
-async def test_worker_killed_mid_local_model_call(
-    temporal_env: WorkflowEnvironment,
-    sqlite_url: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # local_model=True's documented trade-off: the call ran inside the lost worker's workflow
-    # task, so the worker that takes over (once that task times out) asks the model again.
-    monkeypatch.setenv("TOOLTRAIL_CRASH_DIR", str(tmp_path))
-    address = temporal_env.client.service_client.config.target_host
-    task_queue = f"crash-{uuid.uuid4()}"
-    store = AuditStore(sqlite_url)
-    survivor_model = ScriptedModel(
-        [tool_call_response(("m1", "echo", {"text": "still here"})), text_response("done")]
-    )
-    survivor = Host(crash_tools.dying_model_host.registry, model=survivor_model)
-    tt = Tooltrail(temporal_env.client, survivor, task_queue=task_queue, store=store)
-    try:
-        doomed = await start_worker_process(address, task_queue, sqlite_url, "dying_model")
-        handle = await tt.start_agent("go", session_id="crash-local-model", local_model=True)
+        doomed = await start_worker_process(address, task_queue, sqlite_url, doomed_host)
+        handle = await tt.start_agent("go", session_id=f"crash-{doomed_host}", **options)
         assert await asyncio.wait_for(doomed.wait(), timeout=60) == -9
         async with build_worker(
             temporal_env.client,
@@ -320,6 +281,53 @@ async def test_worker_killed_mid_local_model_call(
         history = await tt.client.get_workflow_handle(result.turns[0]).fetch_history()
     finally:
         await store.close()
+    return result, conversation, first_turn, history
+
+
+def assert_each_event_once(trail: list[AuditEvent]) -> None:
+    """The trail is numbered without gaps and holds no event twice."""
+    assert [e.seq for e in trail] == list(range(len(trail)))
+    per_event = Counter((e.kind, e.tool_call_id, e.attempt, e.payload.get("phase")) for e in trail)
+    assert all(count == 1 for count in per_event.values()), per_event
+
+
+async def test_worker_killed_mid_agent_run(
+    temporal_env: WorkflowEnvironment,
+    sqlite_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TOOLTRAIL_CRASH_DIR", str(tmp_path))
+    survivor_model = ScriptedModel([text_response("recovered and done")])
+    survivor = Host(crash_tools.agent_host.registry, model=survivor_model)
+    result, conversation, first_turn, _ = await agent_run_around_a_killer(
+        temporal_env, sqlite_url, "agent", survivor
+    )
+    assert (result.text, len(result.turns)) == ("recovered and done", 2)
+    # The first model answer was stored before the crash and never asked for again.
+    assert len(survivor_model.requests) == 1
+    assert [m.role for m in conversation] == ["user", "assistant", "tool", "assistant"]
+    assert conversation[2].content == "fragile survived"
+    assert crash_tools.runs("fragile") == 2, "the interrupted tool ran again (at least once)"
+    assert_each_event_once(first_turn)
+
+
+async def test_worker_killed_mid_local_model_call(
+    temporal_env: WorkflowEnvironment,
+    sqlite_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # local_model=True's documented trade-off: the call ran inside the lost worker's workflow
+    # task, so the worker that takes over (once that task times out) asks the model again.
+    monkeypatch.setenv("TOOLTRAIL_CRASH_DIR", str(tmp_path))
+    survivor_model = ScriptedModel(
+        [tool_call_response(("m1", "echo", {"text": "still here"})), text_response("done")]
+    )
+    survivor = Host(crash_tools.dying_model_host.registry, model=survivor_model)
+    result, conversation, first_turn, history = await agent_run_around_a_killer(
+        temporal_env, sqlite_url, "dying_model", survivor, local_model=True
+    )
     assert (result.text, len(result.turns)) == ("done", 2)
     assert crash_tools.runs("model") == 1, "the doomed worker's call never answered"
     assert len(survivor_model.requests) == 2, "the lost call was made again"
@@ -334,9 +342,5 @@ async def test_worker_killed_mid_local_model_call(
         e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
     ]
     assert timed_out, "the first workflow task died with its worker"
-    assert [e.seq for e in first_turn] == list(range(len(first_turn)))
-    per_event = Counter(
-        (e.kind, e.tool_call_id, e.attempt, e.payload.get("phase")) for e in first_turn
-    )
-    assert all(count == 1 for count in per_event.values()), per_event
+    assert_each_event_once(first_turn)
     assert [e.kind for e in first_turn][:2] == ["turn_started", "model_response"]

@@ -17,6 +17,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import StackFactory
+from tests.stand_ins import PonderingReflector
 from tooltrail import (
     AlwaysRecoverable,
     Analysis,
@@ -306,15 +307,6 @@ async def test_cancel_during_a_long_backoff_returns_promptly(stack: StackFactory
     assert cancelled.payload == {"finished_calls": [], "pending_calls": ["c1", "c2"]}
     assert row is not None and row.status == "cancelled"
     assert events[-1].kind == "turn_end" and events[-1].payload["error"] == "cancelled"
-
-
-class PonderingReflector:
-    """A reflector that takes a minute to judge."""
-
-    async def analyze(self, ctx: ReflectionContext) -> Analysis:
-        """Judge, eventually."""
-        await asyncio.sleep(60)
-        return Analysis(is_recoverable=True, root_cause=ctx.error)
 
 
 async def test_cancel_while_the_reflector_judges(stack: StackFactory) -> None:
