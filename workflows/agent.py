@@ -8,11 +8,9 @@ as new every few turns to keep the history small however long the run.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Literal
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
@@ -29,13 +27,12 @@ from tooltrail.wire import (
     TurnInput,
     TurnOutput,
 )
+from workflows.session import CLEANUP_RETRY, CLEANUP_TIMEOUT, PATCH_CLEANUP_BEST_EFFORT
 
 __all__ = ["AgentRunWorkflow"]
 
 # Runs recorded before the session cleanup became a local activity schedule a regular one.
 _PATCH_LOCAL_CLEANUP = "session-cleanup-local"
-# Runs recorded before a failed cleanup was only logged failed there, after their answer.
-_PATCH_CLEANUP_BEST_EFFORT = "session-cleanup-best-effort"
 # Runs recorded before their turns kept the session state and tool results in the database
 # pass both from turn to turn through the run (ModelPhase.state_in_db).
 _PATCH_STATE_IN_DB = "agent-state-in-db"
@@ -163,11 +160,11 @@ class AgentRunWorkflow:
                     SESSION_CLEANUP,
                     CloseSessionInput(session_id=session_id),
                     result_type=bool,
-                    start_to_close_timeout=timedelta(seconds=60),
-                    retry_policy=RetryPolicy(maximum_attempts=3),
+                    start_to_close_timeout=CLEANUP_TIMEOUT,
+                    retry_policy=CLEANUP_RETRY,
                 )
             except (ActivityError, ApplicationError) as failure:
-                if not workflow.patched(_PATCH_CLEANUP_BEST_EFFORT):
+                if not workflow.patched(PATCH_CLEANUP_BEST_EFFORT):
                     raise
                 workflow.logger.warning("scratch cleanup of %r failed: %s", session_id, failure)
             return
@@ -175,6 +172,6 @@ class AgentRunWorkflow:
             SESSION_CLEANUP,
             CloseSessionInput(session_id=session_id),
             result_type=bool,
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=RetryPolicy(maximum_attempts=3),
+            start_to_close_timeout=CLEANUP_TIMEOUT,
+            retry_policy=CLEANUP_RETRY,
         )

@@ -12,8 +12,12 @@ from tooltrail.wire import SESSION_CLEANUP, CloseSessionInput
 
 __all__ = ["CloseSessionWorkflow"]
 
-# Runs recorded before a failed cleanup answered False failed instead.
-_PATCH_CLEANUP_BEST_EFFORT = "session-cleanup-best-effort"
+# The cleanup's bounds, shared with an agent run's own cleanup at its end.
+CLEANUP_TIMEOUT = timedelta(seconds=60)
+CLEANUP_RETRY = RetryPolicy(maximum_attempts=3)
+# Runs recorded before a failed cleanup was only logged (and answered False here) failed
+# instead: this workflow, and an agent run after its answer.
+PATCH_CLEANUP_BEST_EFFORT = "session-cleanup-best-effort"
 
 
 @workflow.defn(name="CloseSessionWorkflow")
@@ -28,11 +32,11 @@ class CloseSessionWorkflow:
                 SESSION_CLEANUP,
                 inp,
                 result_type=bool,
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=RetryPolicy(maximum_attempts=3),
+                start_to_close_timeout=CLEANUP_TIMEOUT,
+                retry_policy=CLEANUP_RETRY,
             )
         except ActivityError as failure:
-            if not workflow.patched(_PATCH_CLEANUP_BEST_EFFORT):
+            if not workflow.patched(PATCH_CLEANUP_BEST_EFFORT):
                 raise
             workflow.logger.warning("scratch cleanup of %r failed: %s", inp.session_id, failure)
             return False

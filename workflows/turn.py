@@ -103,6 +103,8 @@ _PATCH_LOCAL_FAILURES = "local-activity-failures"
 _PATCH_CANCELLED_ACTIVITY = "cancelled-activity"
 _BATCH_EVENTS = 200
 """Pending events that make the next tool call write a batch, however recent the last."""
+# The longest one model call may take, as an activity or a local one.
+_MODEL_TIMEOUT = timedelta(minutes=10)
 # A reflector may call a model: give it time, and retry infrastructure failures a little.
 _REFLECT_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_attempts=3)
 # Margin on top of a tool's own timeout, so the tool's soft timeout text wins over Temporal's.
@@ -629,7 +631,7 @@ class TurnWorkflow:
                     MODEL_TURN,
                     request,
                     result_type=ModelTurnOutcome,
-                    start_to_close_timeout=timedelta(minutes=10),
+                    start_to_close_timeout=_MODEL_TIMEOUT,
                     retry_policy=MODEL_RETRY_POLICY,
                 )
             else:
@@ -637,7 +639,7 @@ class TurnWorkflow:
                     MODEL_TURN,
                     request,
                     result_type=ModelTurnOutcome,
-                    start_to_close_timeout=timedelta(minutes=10),
+                    start_to_close_timeout=_MODEL_TIMEOUT,
                     heartbeat_timeout=timedelta(seconds=60),
                     retry_policy=MODEL_RETRY_POLICY,
                 )
