@@ -49,7 +49,7 @@ bench: $(STAMP)
 	# Bytecode, as an installed wheel has it: Temporal's sandbox re-imports a workflow's
 	# module for every run, which without .pyc files means compiling it every time (this
 	# machine sets PYTHONDONTWRITEBYTECODE).
-	$(BIN)/python -m compileall -q tooltrail workflows activities bench > /dev/null
+	$(BIN)/python -m compileall -q tooltrail bench > /dev/null
 	$(BIN)/python -m bench.all
 
 clean:

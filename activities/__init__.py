@@ -1,7 +1,7 @@
 """Activities: all of tooltrail's I/O (tool attempts, audit writes, session cleanup)."""
 
-from activities.persistence import AuditActivities, SessionActivities
-from activities.recovery import RecoveryActivities
-from activities.tool_execution import ToolActivities
+from tooltrail.activities.persistence import AuditActivities, SessionActivities
+from tooltrail.activities.recovery import RecoveryActivities
+from tooltrail.activities.tool_execution import ToolActivities
 
 __all__ = ["AuditActivities", "RecoveryActivities", "SessionActivities", "ToolActivities"]

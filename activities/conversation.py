@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import TypeAdapter
 from temporalio import activity
 
-from activities.tool_execution import Recorder, heartbeating
+from tooltrail.activities.tool_execution import Recorder, heartbeating
 from tooltrail.db.store import (
     append_messages,
     load_conversation,

@@ -13,7 +13,7 @@ import logging
 import httpx
 from temporalio import activity
 
-from activities.tool_execution import heartbeating
+from tooltrail.activities.tool_execution import heartbeating
 from tooltrail.llm.errors import ModelError, ModelHTTPError, to_application_error
 from tooltrail.llm.messages import MODEL_COMPLETE, ModelClient, ModelRequest, ModelResponse
 

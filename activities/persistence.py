@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from activities.tool_execution import Recorder
+from tooltrail.activities.tool_execution import Recorder
 from tooltrail.scratch import ScratchDirs
 from tooltrail.wire import AUDIT_RECORD, SESSION_CLEANUP, CloseSessionInput, RecordTurn
 

@@ -15,8 +15,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 import tooltrail.llm
-from activities.model import ModelActivities
 from tests.llm_server import Disconnect, LLMServer, anthropic_message, openai_completion
+from tooltrail.activities.model import ModelActivities
 from tooltrail.errors import ConfigurationError
 from tooltrail.llm import (
     MODEL_COMPLETE,

@@ -16,9 +16,9 @@ from tests.history_scenarios import HISTORIES
 from tooltrail import Block, Host, PreToolUseContext, ToolCall, tool
 from tooltrail.histories import load_histories, replay_histories
 from tooltrail.wire import TurnInput, TurnOutput
-from workflows.agent import AgentRunWorkflow
-from workflows.session import CloseSessionWorkflow
-from workflows.turn import TurnWorkflow
+from tooltrail.workflows.agent import AgentRunWorkflow
+from tooltrail.workflows.session import CloseSessionWorkflow
+from tooltrail.workflows.turn import TurnWorkflow
 
 behaviour = {"suffix": "v1", "explode": False}
 

@@ -18,9 +18,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from tooltrail.worker import sandbox_runner
-from workflows.agent import AgentRunWorkflow
-from workflows.session import CloseSessionWorkflow
-from workflows.turn import TurnWorkflow
+from tooltrail.workflows.agent import AgentRunWorkflow
+from tooltrail.workflows.session import CloseSessionWorkflow
+from tooltrail.workflows.turn import TurnWorkflow
 
 __all__ = [
     "ReplayOutcome",

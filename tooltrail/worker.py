@@ -13,9 +13,14 @@ from temporalio.converter import DataConverter
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities import AuditActivities, RecoveryActivities, SessionActivities, ToolActivities
-from activities.conversation import ConversationActivities
-from activities.tool_execution import Recorder
+from tooltrail.activities import (
+    AuditActivities,
+    RecoveryActivities,
+    SessionActivities,
+    ToolActivities,
+)
+from tooltrail.activities.conversation import ConversationActivities
+from tooltrail.activities.tool_execution import Recorder
 from tooltrail.codec import AesGcmCodec, data_converter
 from tooltrail.db.migrate import check_schema
 from tooltrail.db.store import AuditStore
@@ -29,21 +34,40 @@ from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
 from tooltrail.telemetry import tracing_interceptors
 from tooltrail.tools import Tool, ToolRegistry
-from workflows.agent import AgentRunWorkflow
-from workflows.session import CloseSessionWorkflow
-from workflows.turn import TurnWorkflow
+from tooltrail.workflows.agent import AgentRunWorkflow
+from tooltrail.workflows.session import CloseSessionWorkflow
+from tooltrail.workflows.turn import TurnWorkflow
 
-__all__ = ["build_worker", "connect_client", "sandbox_runner", "worker"]
+__all__ = ["PURE_MODULES", "build_worker", "connect_client", "sandbox_runner", "worker"]
 
-# Pure modules handed to the sandbox as they are, instead of being re-imported per workflow
-# run: pydantic is expensive to import and tooltrail's pure modules hold no state.
-_PASSTHROUGH = ("pydantic", "pydantic_core", "annotated_types", "typing_extensions", "tooltrail")
+# What the sandbox shares with the worker instead of re-importing it for every workflow run:
+# pydantic (expensive to import) and tooltrail's pure modules, exactly those that workflow
+# code imports: no I/O, no clock, no randomness, no module state. tests/test_layers.py keeps
+# this list equal to what the workflow modules import and checks that none of it loads
+# SQLAlchemy, httpx, MCP or the OpenTelemetry SDK.
+PURE_MODULES = (
+    "tooltrail.config",
+    "tooltrail.detection",
+    "tooltrail.errors",
+    "tooltrail.hooks",
+    "tooltrail.llm",
+    "tooltrail.llm.errors",
+    "tooltrail.llm.messages",
+    "tooltrail.llm.scripted",
+    "tooltrail.memoize",
+    "tooltrail.planner",
+    "tooltrail.recovery",
+    "tooltrail.results",
+    "tooltrail.text",
+    "tooltrail.wire",
+)
+_PASSTHROUGH = ("pydantic", "pydantic_core", "annotated_types", "typing_extensions", *PURE_MODULES)
 # tooltrail's own workflow modules. They are library code (users write tools, never workflow
 # code), keep no module state, and are checked by replay tests: passing them through saves
 # re-importing them for every workflow run (~5 ms a turn on this project's machine). The
 # price: the sandbox no longer watches the calls they make, so the test suite and the
 # replay checks run them strictly (re-imported, every call watched).
-_WORKFLOW_MODULES = ("workflows",)
+_WORKFLOW_MODULES = ("tooltrail.workflows",)
 
 
 def sandbox_runner(*, strict: bool = False) -> SandboxedWorkflowRunner:

@@ -27,7 +27,7 @@ from tooltrail.wire import (
     TurnInput,
     TurnOutput,
 )
-from workflows.session import CLEANUP_RETRY, CLEANUP_TIMEOUT, PATCH_CLEANUP_BEST_EFFORT
+from tooltrail.workflows.session import CLEANUP_RETRY, CLEANUP_TIMEOUT, PATCH_CLEANUP_BEST_EFFORT
 
 __all__ = ["AgentRunWorkflow"]
 

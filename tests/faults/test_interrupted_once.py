@@ -19,12 +19,12 @@ import pytest
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from activities.tool_execution import BODY_STARTED, interrupted_text
 from tests.faults import fault_tools
 from tests.faults.fault_tools import FAULT_DIR_ENV, BodyRun
 from tests.faults.history import assert_exactly_once
 from tests.faults.workers import WorkerProcess, start_worker, wait_until
 from tooltrail import RunConfig, ToolCall, Tooltrail
+from tooltrail.activities.tool_execution import BODY_STARTED, interrupted_text
 from tooltrail.db.store import AuditStore
 from tooltrail.wire import TOOL_EXECUTE
 
