@@ -41,15 +41,29 @@ from tooltrail.middleware import (
 from tooltrail.observers import deliver
 from tooltrail.scratch import ScratchDirs
 from tooltrail.telemetry import record_breaker_state, record_call, record_retry
-from tooltrail.text import MEMORY_FIELD_LIMIT, not_found, render_text, stable_hash
+from tooltrail.text import BREAKER_OPEN, MEMORY_FIELD_LIMIT, not_found, render_text, stable_hash
 from tooltrail.tools import ArgumentsRejected, ToolContext, ToolRegistry
-from tooltrail.wire import TOOL_EXECUTE, AttemptOutcome, ExecuteAttempt, Flush, pack_dispatch
+from tooltrail.wire import (
+    TOOL_EXECUTE,
+    AttemptOutcome,
+    BreakerRefused,
+    ExecuteAttempt,
+    Flush,
+    HookRefused,
+    HooksPassed,
+    Ran,
+    ShadowServed,
+    pack_dispatch,
+)
 
 __all__ = ["BODY_STARTED", "Recorder", "ToolActivities", "heartbeating", "interrupted_text"]
 
 log = logging.getLogger("tooltrail.tool")
 
-BREAKER_OPEN_TEXT = "tool temporarily unavailable: circuit breaker open"
+_Answer = Ran | ShadowServed | HookRefused | HooksPassed | BreakerRefused
+"""The kinds of ``AttemptOutcome`` this activity answers with (the others are the workflow's)."""
+
+BREAKER_OPEN_TEXT = BREAKER_OPEN
 """The soft result of a call refused by an open circuit breaker (spec §11.3)."""
 
 
@@ -212,16 +226,20 @@ class ToolActivities:
         if not (inp.hooks_only or inp.shadow):
             if inp.attempt > 0:
                 record_retry(inp.tool_name)
-            record_call(outcome.resolved_tool_name, outcome.is_error, outcome.duration_ms)
+            if isinstance(outcome, Ran):
+                record_call(outcome.resolved_tool_name, outcome.is_error, outcome.duration_ms)
+            else:  # refused by a hook or the breaker: a soft failure that took no time
+                record_call(inp.tool_name, True, 0.0)
         # What the workflow knows goes back unsaid: the requested tool's name, and the
         # reflector of a success (only failures consult it).
-        if outcome.resolved_tool_name == inp.tool_name:
-            outcome.resolved_tool_name = ""
-        if not outcome.is_error:
-            outcome.reflector = None
+        if isinstance(outcome, Ran | ShadowServed):
+            if outcome.resolved_tool_name == inp.tool_name:
+                outcome.resolved_tool_name = ""
+            if not outcome.is_error:
+                outcome.reflector = None
         return outcome
 
-    async def _execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
+    async def _execute(self, inp: ExecuteAttempt) -> _Answer:
         if inp.flush is None:
             # Turns with audit batches send no records here (the common case).
             return await self._run(inp)
@@ -240,7 +258,7 @@ class ToolActivities:
         outcome.flushed = await writing
         return outcome
 
-    async def _run(self, inp: ExecuteAttempt) -> AttemptOutcome:
+    async def _run(self, inp: ExecuteAttempt) -> _Answer:
         if self.hooks and not inp.skip_pre_hooks:
             decision = await run_pre_hooks(
                 self.hooks,
@@ -255,37 +273,17 @@ class ToolActivities:
             )
             if decision is not None:
                 # Blocked (or waiting for a human): the tool never runs, no post hooks.
-                return AttemptOutcome(
-                    output=decision.text,
-                    is_error=True,
-                    duration_ms=0.0,
-                    resolved_tool_name=inp.tool_name,
-                    reflector=self.reflector,
-                    hook=decision,
-                )
+                return HookRefused(hook=decision)
         if inp.hooks_only:
             # The hooks let the attempt through; the workflow refuses it (a loop stop).
-            return AttemptOutcome(
-                output="",
-                is_error=False,
-                duration_ms=0.0,
-                resolved_tool_name=inp.tool_name,
-                reflector=self.reflector,
-            )
+            return HooksPassed()
         if inp.shadow:
             # A shadow replay changes nothing shared: no breaker gate or health record, no
             # tool body, no post hooks (user code with side effects); the result comes from
             # the original turn's audit trail, screened by today's access gate and guardrails.
             return await self._shadow_attempt(inp)
         if self.health is not None and not await self._gate(*self.health, inp.tool_name):
-            return AttemptOutcome(
-                output=BREAKER_OPEN_TEXT,
-                is_error=True,
-                duration_ms=0.0,
-                resolved_tool_name=inp.tool_name,
-                reflector=self.reflector,
-                breaker_refused=True,
-            )
+            return BreakerRefused()
         outcome = await self._attempt(inp)
         if self.health is not None:
             await self._record_health(*self.health, outcome)
@@ -306,9 +304,9 @@ class ToolActivities:
             )
         return outcome
 
-    async def _shadow_attempt(self, inp: ExecuteAttempt) -> AttemptOutcome:
-        def soft(text: str) -> AttemptOutcome:
-            return AttemptOutcome(
+    async def _shadow_attempt(self, inp: ExecuteAttempt) -> ShadowServed:
+        def soft(text: str) -> ShadowServed:
+            return ShadowServed(
                 output=text,
                 is_error=True,
                 duration_ms=0.0,
@@ -333,7 +331,7 @@ class ToolActivities:
                 f"shadow replay: the original turn has no result for attempt {inp.attempt} "
                 f"of call {inp.tool_call_id!r}"
             )
-        return AttemptOutcome(
+        return ShadowServed(
             output=recorded.output,
             is_error=recorded.is_error,
             duration_ms=recorded.duration_ms,
@@ -402,9 +400,7 @@ class ToolActivities:
             return True
 
     @staticmethod
-    async def _record_health(
-        health: HealthStore, breaker: CircuitBreaker, outcome: AttemptOutcome
-    ) -> None:
+    async def _record_health(health: HealthStore, breaker: CircuitBreaker, outcome: Ran) -> None:
         """Step 6d: record the attempt's outcome under the tool that actually ran."""
         try:
             state = await health.record(
@@ -419,7 +415,7 @@ class ToolActivities:
                 "health record for %r failed; dropped", outcome.resolved_tool_name, exc_info=True
             )
 
-    async def _attempt(self, inp: ExecuteAttempt) -> AttemptOutcome:
+    async def _attempt(self, inp: ExecuteAttempt) -> Ran:
         """Run the middleware pipeline around the registry core, heartbeating throughout."""
         tool = self.registry.lookup(inp.tool_name)
         info = activity.info()
@@ -430,7 +426,7 @@ class ToolActivities:
             and BODY_STARTED in (info.heartbeat_details or ())
         ):
             # The worker was lost while the body ran: say so instead of running it again.
-            return AttemptOutcome(
+            return Ran(
                 output=interrupted_text(tool.name),
                 is_error=True,
                 duration_ms=0.0,
@@ -456,7 +452,7 @@ class ToolActivities:
         async with heartbeating(BODY_STARTED, at_once=at_once):
             result = await run_pipeline(self.middleware, self.core, call)
         claimed = await self._claim_check(result.output, inp.large_output_bytes)
-        return AttemptOutcome(
+        return Ran(
             **claimed,
             started_at=started_at,
             finished_at=datetime.now(UTC),

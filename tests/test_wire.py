@@ -7,15 +7,22 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from tooltrail.dispatcher import DispatchRecord
+from tooltrail.hooks import HookDecision
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.wire import (
     DISPATCH_FIELDS,
     AttemptOutcome,
+    BreakerRefused,
     ExecuteAttempt,
     Flush,
+    HookRefused,
+    HooksPassed,
+    Ran,
+    ShadowServed,
     TurnInput,
     TurnOutput,
     TurnRecord,
@@ -26,7 +33,7 @@ from tooltrail.wire import (
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
-def through_temporal(value: Any, type_hint: type) -> tuple[bytes, Any]:
+def through_temporal(value: Any, type_hint: Any) -> tuple[bytes, Any]:
     """Encode as the worker does; return the bytes and the decoded value."""
     converter = pydantic_data_converter.payload_converter
     (payload,) = converter.to_payloads([value])
@@ -94,15 +101,41 @@ def test_extra_keys_and_whole_records_pass_through() -> None:
 
 
 def test_outcomes_leave_their_defaults_out_and_get_them_back() -> None:
-    outcome = AttemptOutcome(output="hi", is_error=True, duration_ms=1.5, resolved_tool_name="e")
+    outcome = Ran(output="hi", is_error=True, duration_ms=1.5, resolved_tool_name="e")
     data, decoded = through_temporal(outcome, AttemptOutcome)
     assert data == b'{"output":"hi","is_error":true,"duration_ms":1.5,"resolved_tool_name":"e"}'
     assert decoded == outcome
     # A value equal to its default is left out whether it was set or not.
-    flagged = outcome.model_copy(update={"breaker_refused": True, "post_hook_errors": ["x"]})
+    flagged = outcome.model_copy(update={"post_hook_errors": ["x"], "display_hint": None})
     data, decoded = through_temporal(flagged, AttemptOutcome)
-    assert b'"breaker_refused":true' in data
+    assert b'"post_hook_errors":["x"]' in data
+    assert b"display_hint" not in data
     assert decoded == flagged
+
+
+@pytest.mark.parametrize(
+    ("outcome", "wire"),
+    [
+        (Ran(output="hi"), b'{"output":"hi"}'),
+        (
+            ShadowServed(output="x", is_error=True, reflector="noop"),
+            b'{"output":"x","is_error":true,"kind":"shadow","reflector":"noop"}',
+        ),
+        (
+            HookRefused(hook=HookDecision(decision="block", text="no", hook="H#0")),
+            b'{"kind":"hook_refused","hook":{"decision":"block","text":"no","hook":"H#0"}}',
+        ),
+        (HooksPassed(), b'{"kind":"hooks_passed"}'),
+        (BreakerRefused(), b'{"kind":"breaker_refused"}'),
+    ],
+)
+def test_each_outcome_says_its_kind_except_the_common_one(
+    outcome: AttemptOutcome, wire: bytes
+) -> None:
+    data, decoded = through_temporal(outcome, AttemptOutcome)
+    assert data == wire
+    assert type(decoded) is type(outcome)
+    assert decoded == outcome
 
 
 def test_a_flush_without_a_turn_row_keeps_its_ids() -> None:
@@ -155,9 +188,9 @@ DISPATCHED = record(
 )
 
 
-def ran(**changes: Any) -> AttemptOutcome:
+def ran(**changes: Any) -> Ran:
     """An attempt's outcome as the tool activity returns it, with a dispatch record."""
-    base = AttemptOutcome(
+    base = Ran(
         output="hi",
         duration_ms=0.427,
         started_at=STARTED,
@@ -203,7 +236,8 @@ def test_outcomes_of_older_workers_still_decode() -> None:
         b'"finished_at":"2026-11-30T00:36:57.355177Z","dispatch":{"status":"ok",'
         b'"started_at":"2026-11-30T00:36:57.354632Z","finished_at":"2026-11-30T00:36:57.354936Z"}}'
     )
-    decoded = AttemptOutcome.model_validate_json(old)
+    decoded = TypeAdapter(AttemptOutcome).validate_json(old)
+    assert isinstance(decoded, Ran)
     assert decoded.resolved_tool_name == "nothing"
     assert decoded.reflector == "noop"
     assert decoded.started_at == datetime(2026, 11, 30, 0, 36, 57, 354473, tzinfo=UTC)
@@ -211,10 +245,22 @@ def test_outcomes_of_older_workers_still_decode() -> None:
     assert full["status"] == "ok"
     assert full["started_at"] == "2026-11-30T00:36:57.354632Z"
     # A failure from an older worker with a custom reflector said nothing of it: still custom.
-    failed = AttemptOutcome.model_validate_json(
+    failed = TypeAdapter(AttemptOutcome).validate_json(
         b'{"output":"x","is_error":true,"duration_ms":1.0,"resolved_tool_name":"e"}'
     )
+    assert isinstance(failed, Ran)
     assert failed.reflector is None
+    # Refusals from before the tag said so in a field of their own.
+    hooked = TypeAdapter(AttemptOutcome).validate_json(
+        b'{"output":"no","is_error":true,"hook":{"decision":"block","text":"no","hook":"H#0"}}'
+    )
+    assert isinstance(hooked, HookRefused)
+    assert hooked.hook.text == "no"
+    refused = TypeAdapter(AttemptOutcome).validate_json(
+        b'{"output":"tool temporarily unavailable: circuit breaker open","is_error":true,'
+        b'"breaker_refused":true}'
+    )
+    assert isinstance(refused, BreakerRefused)
 
 
 def test_the_attempt_request_leaves_its_turn_and_first_attempt_unsaid() -> None:

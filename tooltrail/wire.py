@@ -8,12 +8,14 @@ activity breaks every turn in flight. Pure module: workflow code imports it.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
+    Discriminator,
     Field,
     SerializerFunctionWrapHandler,
+    Tag,
     field_serializer,
     model_serializer,
     model_validator,
@@ -30,6 +32,7 @@ from tooltrail.results import Part, ToolCall, ToolDispatchResult
 from tooltrail.text import canonical_json
 
 __all__ = [
+    "ATTEMPT_OUTCOME",
     "AUDIT_RECORD",
     "DISPATCH_FIELDS",
     "MODEL_TURN",
@@ -42,26 +45,34 @@ __all__ = [
     "AgentRunOutput",
     "ApprovalInput",
     "AttemptOutcome",
+    "AttemptResult",
     "AuditEvent",
+    "BreakerRefused",
     "CloseSessionInput",
     "Compact",
     "ConversationAppend",
     "EventKind",
     "ExecuteAttempt",
     "Flush",
+    "HookRefused",
+    "HooksPassed",
     "HostFeatures",
+    "InfraFailed",
+    "MemoHit",
     "MemoryEntry",
     "ModelPhase",
     "ModelSettings",
     "ModelTurnOutcome",
     "ModelTurnRequest",
     "PendingApproval",
+    "Ran",
     "RecordTurn",
     "RecordedAttempt",
     "ReflectInput",
     "ReflectOutcome",
     "SessionState",
     "ShadowPlan",
+    "ShadowServed",
     "ToolMeta",
     "TurnInput",
     "TurnOutput",
@@ -188,11 +199,16 @@ class Compact(BaseModel):
     numbers, texts, empty lists and dicts); nested models always travel whole.
     """
 
+    _always_said: ClassVar[tuple[str, ...]] = ()
+    """Fields that travel even when they hold their default (a union's tag)."""
+
     @model_serializer(mode="wrap")
     def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
         if isinstance(data, dict):
             for name, default in _plain_defaults(type(self)).items():
+                if name in self._always_said:
+                    continue
                 if name in data and data[name] == default:
                     del data[name]
             self._pack(data)
@@ -360,8 +376,8 @@ class ExecuteAttempt(Compact):
     """The original turn's result of this attempt (shadow replays)."""
 
 
-class AttemptOutcome(Compact):
-    """Output of ``tooltrail.tool.execute``: the attempt's result, never a raised tool error."""
+class _Result(Compact):
+    """What every completed attempt says: the fields of the call's result."""
 
     output: str | list[Part]
     is_error: bool = False
@@ -370,8 +386,16 @@ class AttemptOutcome(Compact):
     """The tool that ran; empty on the wire when it is the requested one (the workflow
     fills it in as it receives the outcome)."""
     display_hint: str | None = None
-    flushed: bool = True
-    """False when the audit database could not be written; the workflow sends the records again."""
+
+
+class Ran(_Result):
+    """The attempt ran through the middleware pipeline and the registry core.
+
+    Its result is the tool's (or the core's soft text, such as an interrupted attempt's): it
+    goes through the POST phase and, when it failed, recovery.
+    """
+
+    kind: Literal["ran"] = "ran"
     reflector: Literal["noop", "custom"] | None = None
     """The worker's reflector, told with failed attempts: with ``noop`` the workflow knows
     the analysis without asking. ``None`` (successes, and failures from workers that left a
@@ -380,12 +404,6 @@ class AttemptOutcome(Compact):
     """Wall-clock time the tool body started (worker clock), for the audit trail."""
     finished_at: datetime | None = None
     """Wall-clock time the tool body returned (worker clock)."""
-    hook: HookDecision | None = None
-    """A pre-tool hook's Block or Ask: the tool did not run."""
-    breaker_refused: bool = False
-    """The circuit breaker of the requested tool is open: the tool did not run."""
-    cached: bool = False
-    """Served from the session's memoize cache by the workflow (no activity ran)."""
     dispatch: dict[str, Any] | None = None
     """The dispatcher's audit record (access, guardrails, idempotency: spec §8)."""
     output_ref: str | None = None
@@ -396,6 +414,8 @@ class AttemptOutcome(Compact):
     """With ``output_ref``: the first characters of the output's text (for memory)."""
     post_hook_errors: list[str] = Field(default_factory=list)
     """Post-tool hooks that raised (logged and ignored)."""
+    flushed: bool = True
+    """False when the audit database could not be written; the workflow sends the records again."""
 
     def _pack(self, data: dict[str, Any]) -> None:
         # The four timestamps and the duration as whole microseconds in one list ``t``:
@@ -413,6 +433,108 @@ class AttemptOutcome(Compact):
         if isinstance(data, dict) and "t" in data:
             data = _unpack_times(data)
         return data
+
+
+class ShadowServed(_Result):
+    """A shadow replay's attempt: the original turn's result, screened by today's gate.
+
+    No tool ran and nothing shared changed; the result goes through the POST phase and
+    recovery like a ran attempt's.
+    """
+
+    kind: Literal["shadow"] = "shadow"
+    _always_said = ("kind",)
+    reflector: Literal["noop", "custom"] | None = None
+    """As for ``Ran``."""
+    flushed: bool = True
+    """As for ``Ran``."""
+
+
+class HookRefused(Compact):
+    """A pre-tool hook blocked the attempt or asked about it: the tool did not run."""
+
+    kind: Literal["hook_refused"] = "hook_refused"
+    _always_said = ("kind",)
+    hook: HookDecision
+    flushed: bool = True
+    """As for ``Ran``."""
+
+
+class HooksPassed(Compact):
+    """The pre-tool hooks let a hooks-only attempt through (the workflow refuses it then)."""
+
+    kind: Literal["hooks_passed"] = "hooks_passed"
+    _always_said = ("kind",)
+    flushed: bool = True
+    """As for ``Ran``."""
+
+
+class BreakerRefused(Compact):
+    """The circuit breaker of the requested tool is open: the tool did not run.
+
+    The result is ``tooltrail.text.BREAKER_OPEN``; no POST phase, no recovery.
+    """
+
+    kind: Literal["breaker_refused"] = "breaker_refused"
+    _always_said = ("kind",)
+    flushed: bool = True
+    """As for ``Ran``."""
+
+
+class MemoHit(_Result):
+    """Served from the session's memoize cache by the workflow: no activity ran."""
+
+    kind: Literal["memo_hit"] = "memo_hit"
+    _always_said = ("kind",)
+
+
+class InfraFailed(_Result):
+    """The attempt's activity failed once Temporal's retries were spent (spec §14).
+
+    Made by the workflow: a soft failed attempt with the failure's text, which goes through
+    the POST phase and recovery like a tool's failure.
+    """
+
+    kind: Literal["infra_failed"] = "infra_failed"
+    _always_said = ("kind",)
+
+
+def _outcome_kind(value: Any) -> str:
+    if not isinstance(value, dict):
+        return str(getattr(value, "kind", "ran"))
+    kind = value.get("kind")
+    if kind is not None:
+        return str(kind)
+    # Outcomes recorded before the tag: a hook's or the breaker's refusal said so in a field.
+    if value.get("hook") is not None:
+        return "hook_refused"
+    if value.get("breaker_refused"):
+        return "breaker_refused"
+    return "ran"
+
+
+AttemptOutcome = Annotated[
+    Annotated[Ran, Tag("ran")]
+    | Annotated[ShadowServed, Tag("shadow")]
+    | Annotated[HookRefused, Tag("hook_refused")]
+    | Annotated[HooksPassed, Tag("hooks_passed")]
+    | Annotated[BreakerRefused, Tag("breaker_refused")]
+    | Annotated[MemoHit, Tag("memo_hit")]
+    | Annotated[InfraFailed, Tag("infra_failed")],
+    Discriminator(_outcome_kind),
+]
+"""One attempt's outcome, told by its ``kind``.
+
+The tool activity (``tooltrail.tool.execute``) returns ``ran``, ``shadow``,
+``hook_refused``, ``hooks_passed`` or ``breaker_refused``, never a raised tool error; the
+workflow makes ``memo_hit`` (no activity ran) and ``infra_failed`` (the activity's
+infrastructure retries were spent) itself, and matches every kind exhaustively. ``ran``
+is the common case: its ``kind`` is left unsaid on the wire.
+"""
+AttemptResult = Ran | ShadowServed | MemoHit | InfraFailed
+"""The kinds of ``AttemptOutcome`` that carry a result for the POST phase (and recovery)."""
+ATTEMPT_OUTCOME: Any = AttemptOutcome
+"""``AttemptOutcome`` as an activity's ``result_type``."""
 
 
 class RecordTurn(Compact):
@@ -718,8 +840,8 @@ def _exact_micros(text: Any) -> int | None:
     return _micros(moment)
 
 
-def _pack_times(outcome: AttemptOutcome, data: dict[str, Any]) -> list[int] | None:
-    """The outcome's times as ``AttemptOutcome._pack`` lists them.
+def _pack_times(outcome: Ran, data: dict[str, Any]) -> list[int] | None:
+    """The outcome's times as ``Ran._pack`` lists them.
 
     The dispatch record's two leave ``data`` when they pack exactly.
     """
