@@ -28,6 +28,7 @@ from temporalio import activity
 from tooltrail.breaker import CircuitBreaker, HealthStore
 from tooltrail.db.store import AuditStore
 from tooltrail.dispatcher import ToolDispatcher
+from tooltrail.envelopes import seal_outcome
 from tooltrail.hooks import PostToolUseContext, PreToolUseContext, run_post_hooks, run_pre_hooks
 from tooltrail.logs import call_context
 from tooltrail.middleware import (
@@ -53,7 +54,6 @@ from tooltrail.wire import (
     HooksPassed,
     Ran,
     ShadowServed,
-    pack_dispatch,
 )
 
 __all__ = ["BODY_STARTED", "Recorder", "ToolActivities", "heartbeating", "interrupted_text"]
@@ -230,14 +230,8 @@ class ToolActivities:
                 record_call(outcome.resolved_tool_name, outcome.is_error, outcome.duration_ms)
             else:  # refused by a hook or the breaker: a soft failure that took no time
                 record_call(inp.tool_name, True, 0.0)
-        # What the workflow knows goes back unsaid: the requested tool's name, and the
-        # reflector of a success (only failures consult it).
-        if isinstance(outcome, Ran | ShadowServed):
-            if outcome.resolved_tool_name == inp.tool_name:
-                outcome.resolved_tool_name = ""
-            if not outcome.is_error:
-                outcome.reflector = None
-        return outcome
+        # What the workflow knows goes back unsaid (the workflow's open_outcome restores it).
+        return seal_outcome(outcome, inp)
 
     async def _execute(self, inp: ExecuteAttempt) -> _Answer:
         if inp.flush is None:
@@ -359,14 +353,8 @@ class ToolActivities:
             "output_preview": text[: MEMORY_FIELD_LIMIT + 1],
         }
 
-    async def _dispatch_record(
-        self, record: Any, inp: ExecuteAttempt, output: Any
-    ) -> dict[str, Any] | None:
-        """The dispatch record for the audit trail; a large raw value goes to the database.
-
-        What the workflow already knows (the arguments it sent, the output, the defaults) is
-        left out (``pack_dispatch``; it puts it back), so the history holds it once.
-        """
+    async def _dispatch_record(self, record: Any, inp: ExecuteAttempt) -> dict[str, Any] | None:
+        """The dispatch record for the audit trail; a large raw value goes to the database."""
         if record is None:
             return None
         limit = inp.large_output_bytes
@@ -377,14 +365,7 @@ class ToolActivities:
             await self.recorder.store.put_blob(key, data["value"], len(encoded))
             data["value"] = None
             data["value_ref"] = key
-        return pack_dispatch(
-            data,
-            call_id=inp.tool_call_id,
-            attempt=inp.attempt,
-            tool_name=inp.tool_name,
-            arguments=inp.arguments,
-            output=output,
-        )
+        return data
 
     @staticmethod
     async def _gate(health: HealthStore, breaker: CircuitBreaker, tool_name: str) -> bool:
@@ -462,5 +443,5 @@ class ToolActivities:
             resolved_tool_name=result.resolved_tool_name or inp.tool_name,
             display_hint=result.display_hint,
             reflector=self.reflector,
-            dispatch=await self._dispatch_record(result.dispatch, inp, claimed["output"]),
+            dispatch=await self._dispatch_record(result.dispatch, inp),
         )

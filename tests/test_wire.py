@@ -1,4 +1,9 @@
-"""The wire envelopes: compact on the way out, whole on the way in."""
+"""The wire envelopes: compact in the history, whole everywhere else.
+
+What an envelope leaves unsaid is the data converter's business (``tooltrail.envelopes``,
+``tooltrail.converter``): on the wire its defaults are left out, in ``model_dump()`` every
+field is said.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,23 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from pydantic import TypeAdapter
-from temporalio.contrib.pydantic import pydantic_data_converter
+from pydantic import BaseModel
 
+from tooltrail.config import LARGE_OUTPUT_BYTES
+from tooltrail.converter import wire_data_converter
 from tooltrail.dispatcher import DispatchRecord
+from tooltrail.envelopes import (
+    DISPATCH_FIELDS,
+    ENVELOPES,
+    left_out,
+    open_outcome,
+    pack_dispatch,
+    seal_outcome,
+    unpack_dispatch,
+)
 from tooltrail.hooks import HookDecision
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.wire import (
-    DISPATCH_FIELDS,
     AttemptOutcome,
     BreakerRefused,
     ExecuteAttempt,
@@ -26,8 +40,6 @@ from tooltrail.wire import (
     TurnInput,
     TurnOutput,
     TurnRecord,
-    pack_dispatch,
-    unpack_dispatch,
 )
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -35,7 +47,7 @@ NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 def through_temporal(value: Any, type_hint: Any) -> tuple[bytes, Any]:
     """Encode as the worker does; return the bytes and the decoded value."""
-    converter = pydantic_data_converter.payload_converter
+    converter = wire_data_converter.payload_converter
     (payload,) = converter.to_payloads([value])
     (decoded,) = converter.from_payloads([payload], [type_hint])
     return payload.data, decoded
@@ -188,27 +200,64 @@ DISPATCHED = record(
 )
 
 
+REQUEST = ExecuteAttempt(
+    session_id="s1", tool_call_id="c1", tool_name="echo", arguments={"text": "hi"}
+)
+
+
 def ran(**changes: Any) -> Ran:
-    """An attempt's outcome as the tool activity returns it, with a dispatch record."""
+    """An attempt's outcome as the tool activity makes it, with a dispatch record."""
     base = Ran(
         output="hi",
         duration_ms=0.427,
+        resolved_tool_name="echo",
+        reflector="noop",
         started_at=STARTED,
         finished_at=STARTED + timedelta(microseconds=704),
-        dispatch=pack_dispatch(DISPATCHED, **CONTEXT),
+        dispatch=DISPATCHED,
     )
     return base.model_copy(update=changes)
 
 
+def round_trip(outcome: Ran) -> tuple[bytes, AttemptOutcome]:
+    """Through the activity's seal, the converter and the workflow's open."""
+    data, decoded = through_temporal(seal_outcome(outcome, REQUEST), AttemptOutcome)
+    return data, open_outcome(decoded, REQUEST)
+
+
 def test_an_outcomes_times_travel_as_microseconds_and_come_back_exact() -> None:
     outcome = ran()
-    data, decoded = through_temporal(outcome, AttemptOutcome)
+    data, decoded = round_trip(outcome)
+    # Left unsaid: the requested tool's name, a success's reflector, the implied dispatch.
     assert data == b'{"output":"hi","dispatch":{},"t":[1795953600123456,704,427,159,1000000]}'
+    assert decoded == outcome.model_copy(update={"reflector": None})
+    assert isinstance(decoded, Ran)
+    assert decoded.dispatch == DISPATCHED
+    assert list(decoded.dispatch or {}) == list(DISPATCHED)
+    assert (decoded.dispatch or {})["started_at"] == "2026-11-29T12:00:00.123615Z"
+
+
+def test_a_failures_reflector_and_another_tool_are_said() -> None:
+    outcome = ran(is_error=True, resolved_tool_name="other", dispatch=None)
+    data, decoded = round_trip(outcome)
+    assert b'"reflector":"noop"' in data
+    assert b'"resolved_tool_name":"other"' in data
     assert decoded == outcome
-    full = unpack_dispatch(decoded.dispatch or {}, **CONTEXT)
-    assert full == DISPATCHED
-    assert list(full) == list(DISPATCHED)
-    assert full["started_at"] == "2026-11-29T12:00:00.123615Z"
+
+
+def test_model_dump_says_every_field() -> None:
+    # The compaction lives in the converter only: dumps (audit payloads, logs) say it all.
+    outcome = Ran(output="hi")
+    assert set(outcome.model_dump()) == set(Ran.model_fields)
+    assert outcome.model_dump()["kind"] == "ran"
+    request = ExecuteAttempt(session_id="s", tool_call_id="c", tool_name="t", arguments={})
+    assert request.model_dump()["large_output_bytes"] == LARGE_OUTPUT_BYTES
+    result = ToolDispatchResult(
+        tool_call_id="a", output="x", is_error=False, duration_ms=1, resolved_tool_name="e"
+    )
+    assert (
+        TurnOutput(turn_id="t", results=[result]).model_dump()["results"][0]["output_ref"] is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -223,8 +272,14 @@ def test_an_outcomes_times_travel_as_microseconds_and_come_back_exact() -> None:
     ],
 )
 def test_times_that_do_not_pack_exactly_travel_as_they_are(changes: dict[str, Any]) -> None:
-    outcome = ran(**changes)
-    _, decoded = through_temporal(outcome, AttemptOutcome)
+    outcome = ran(is_error=True, **changes)
+    _, decoded = round_trip(outcome)
+    if isinstance(outcome.dispatch, dict) and isinstance(decoded, Ran):
+        # The request's implied fields join a partial record; what it said comes back as is.
+        assert {k: v for k, v in (decoded.dispatch or {}).items() if k in outcome.dispatch} == (
+            outcome.dispatch
+        )
+        decoded = decoded.model_copy(update={"dispatch": outcome.dispatch})
     assert decoded == outcome
 
 
@@ -236,7 +291,7 @@ def test_outcomes_of_older_workers_still_decode() -> None:
         b'"finished_at":"2026-11-30T00:36:57.355177Z","dispatch":{"status":"ok",'
         b'"started_at":"2026-11-30T00:36:57.354632Z","finished_at":"2026-11-30T00:36:57.354936Z"}}'
     )
-    decoded = TypeAdapter(AttemptOutcome).validate_json(old)
+    _, decoded = through_temporal(json.loads(old), AttemptOutcome)
     assert isinstance(decoded, Ran)
     assert decoded.resolved_tool_name == "nothing"
     assert decoded.reflector == "noop"
@@ -245,20 +300,30 @@ def test_outcomes_of_older_workers_still_decode() -> None:
     assert full["status"] == "ok"
     assert full["started_at"] == "2026-11-30T00:36:57.354632Z"
     # A failure from an older worker with a custom reflector said nothing of it: still custom.
-    failed = TypeAdapter(AttemptOutcome).validate_json(
-        b'{"output":"x","is_error":true,"duration_ms":1.0,"resolved_tool_name":"e"}'
+    _, failed = through_temporal(
+        {"output": "x", "is_error": True, "duration_ms": 1.0, "resolved_tool_name": "e"},
+        AttemptOutcome,
     )
     assert isinstance(failed, Ran)
     assert failed.reflector is None
     # Refusals from before the tag said so in a field of their own.
-    hooked = TypeAdapter(AttemptOutcome).validate_json(
-        b'{"output":"no","is_error":true,"hook":{"decision":"block","text":"no","hook":"H#0"}}'
+    _, hooked = through_temporal(
+        {
+            "output": "no",
+            "is_error": True,
+            "hook": {"decision": "block", "text": "no", "hook": "H#0"},
+        },
+        AttemptOutcome,
     )
     assert isinstance(hooked, HookRefused)
     assert hooked.hook.text == "no"
-    refused = TypeAdapter(AttemptOutcome).validate_json(
-        b'{"output":"tool temporarily unavailable: circuit breaker open","is_error":true,'
-        b'"breaker_refused":true}'
+    _, refused = through_temporal(
+        {
+            "output": "tool temporarily unavailable: circuit breaker open",
+            "is_error": True,
+            "breaker_refused": True,
+        },
+        AttemptOutcome,
     )
     assert isinstance(refused, BreakerRefused)
 
@@ -288,3 +353,110 @@ def test_a_turn_input_leaves_what_it_does_not_use_out() -> None:
     }
     assert b'"config":{' in data  # nested settings travel whole, defaults and all
     assert decoded == turn
+
+
+# -- the envelopes' defaults: part of the wire format ----------------------------------------
+
+# Each envelope and the fields it leaves out when they hold these values. A recorded history
+# decodes a left-out field to today's default: changing one of these changes what every
+# recorded history says (and how it replays), so it needs a new field instead.
+PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
+    "TurnInput": {
+        "tools": {},
+        "verdicts": None,
+        "ends_run": False,
+        "memo": None,
+        "memo_paths": {},
+        "rerun_of": None,
+        "shadow": None,
+        "model": None,
+    },
+    "TurnOutput": {"assistant": None, "usage": None, "session": None},
+    "ToolDispatchResult": {"display_hint": None, "output_ref": None},
+    "ExecuteAttempt": {
+        "turn_id": "",
+        "attempt": 0,
+        "flush": None,
+        "skip_pre_hooks": False,
+        "large_output_bytes": 262144,
+        "hooks_only": False,
+        "shadow": False,
+        "recorded": None,
+    },
+    "Ran": {
+        "is_error": False,
+        "duration_ms": 0.0,
+        "resolved_tool_name": "",
+        "display_hint": None,
+        "kind": "ran",
+        "reflector": None,
+        "started_at": None,
+        "finished_at": None,
+        "dispatch": None,
+        "output_ref": None,
+        "output_hash": None,
+        "output_preview": None,
+        "post_hook_errors": [],
+        "flushed": True,
+    },
+    "ShadowServed": {
+        "is_error": False,
+        "duration_ms": 0.0,
+        "resolved_tool_name": "",
+        "display_hint": None,
+        "reflector": None,
+        "flushed": True,
+    },
+    "HookRefused": {"flushed": True},
+    "HooksPassed": {"flushed": True},
+    "BreakerRefused": {"flushed": True},
+    "RecordTurn": {"must_persist": True},
+    "Flush": {
+        "turn_id": "",
+        "session_id": "",
+        "turn": None,
+        "events": [],
+        "memory": [],
+        "session": None,
+        "conversation": None,
+    },
+}
+
+
+def test_every_envelopes_left_out_defaults_are_pinned() -> None:
+    assert {cls.__name__: left_out(cls) for cls in ENVELOPES} == PINNED_DEFAULTS
+
+
+@pytest.mark.parametrize("cls", ENVELOPES, ids=lambda cls: cls.__name__)
+def test_an_envelope_of_defaults_says_only_what_it_must(cls: type[BaseModel]) -> None:
+    # Build the envelope from its required fields; the wire then holds those (and tags).
+    required = {
+        "TurnInput": {"session_id": "s", "calls": [], "advertised": []},
+        "TurnOutput": {"turn_id": "t", "results": []},
+        "ToolDispatchResult": {
+            "tool_call_id": "c",
+            "output": "x",
+            "is_error": False,
+            "duration_ms": 0,
+            "resolved_tool_name": "e",
+        },
+        "ExecuteAttempt": {
+            "session_id": "s",
+            "tool_call_id": "c",
+            "tool_name": "e",
+            "arguments": {},
+        },
+        "Ran": {"output": "x"},
+        "ShadowServed": {"output": "x"},
+        "HookRefused": {"hook": {"decision": "block", "text": "no", "hook": "H#0"}},
+        "RecordTurn": {"flush": {}},
+    }.get(cls.__name__, {})
+    value = cls.model_validate(required)
+    data, decoded = through_temporal(value, AttemptOutcome if cls in OUTCOMES else cls)
+    said = set(json.loads(data))
+    assert said.isdisjoint(PINNED_DEFAULTS[cls.__name__])
+    assert said <= set(cls.model_fields)
+    assert decoded == value
+
+
+OUTCOMES = (Ran, ShadowServed, HookRefused, HooksPassed, BreakerRefused)

@@ -12,9 +12,9 @@ import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
 
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from tooltrail.converter import wire_data_converter
 from tooltrail.errors import ConfigurationError
 
 __all__ = ["DEV_SERVER_ARGS", "find_binary", "start_dev_server", "start_time_skipping_server"]
@@ -71,7 +71,7 @@ async def start_dev_server(
         port=port,
         ui=ui,
         ui_port=ui_port,
-        data_converter=pydantic_data_converter,
+        data_converter=wire_data_converter,
         dev_server_existing_path=find_binary("temporal"),
         dev_server_database_filename=db_filename,
         dev_server_log_level="error",
@@ -82,6 +82,6 @@ async def start_dev_server(
 async def start_time_skipping_server() -> WorkflowEnvironment:
     """Start Temporal's time-skipping test server (timers complete without waiting)."""
     return await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter,
+        data_converter=wire_data_converter,
         test_server_existing_path=find_binary("temporal-test-server"),
     )

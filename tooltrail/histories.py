@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from tooltrail.converter import wire_data_converter
 from tooltrail.worker import sandbox_runner
 from tooltrail.workflows.agent import AgentRunWorkflow
 from tooltrail.workflows.session import CloseSessionWorkflow
@@ -121,7 +121,7 @@ async def replay_histories(
         workflows = [TurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow]
     replayer = Replayer(
         workflows=list(workflows),
-        data_converter=pydantic_data_converter,
+        data_converter=wire_data_converter,
         workflow_runner=sandbox_runner(strict=strict),
     )
     outcomes = []

@@ -1,23 +1,20 @@
 """What crosses Temporal: workflow and activity inputs and outputs, and the audit records.
 
 One input model per workflow and activity. Fields added later MUST get defaults so that
-histories recorded before them still decode. Activity names are stable forever: a renamed
-activity breaks every turn in flight. Pure module: workflow code imports it.
+histories recorded before them still decode. What the envelopes leave unsaid on the wire
+(their defaults) is ``tooltrail.envelopes``'s business: ``model_dump()`` says every field.
+Activity names are stable forever: a renamed activity breaks every turn in flight. Pure
+module: workflow code imports it.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, ClassVar, Literal
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    Discriminator,
     Field,
-    SerializerFunctionWrapHandler,
-    Tag,
-    field_serializer,
-    model_serializer,
     model_validator,
 )
 
@@ -29,12 +26,10 @@ from tooltrail.memoize import MemoCache, MemoPlan
 from tooltrail.planner import CallVerdict
 from tooltrail.recovery import Analysis
 from tooltrail.results import Part, ToolCall, ToolDispatchResult
-from tooltrail.text import canonical_json
 
 __all__ = [
     "ATTEMPT_OUTCOME",
     "AUDIT_RECORD",
-    "DISPATCH_FIELDS",
     "MODEL_TURN",
     "RECOVERY_REFLECT",
     "SESSION_CLEANUP",
@@ -49,7 +44,6 @@ __all__ = [
     "AuditEvent",
     "BreakerRefused",
     "CloseSessionInput",
-    "Compact",
     "ConversationAppend",
     "EventKind",
     "ExecuteAttempt",
@@ -78,8 +72,6 @@ __all__ = [
     "TurnOutput",
     "TurnRecord",
     "TurnStatus",
-    "pack_dispatch",
-    "unpack_dispatch",
 ]
 
 TOOL_EXECUTE = "tooltrail.tool.execute"
@@ -170,54 +162,6 @@ class SessionState(BaseModel):
     """The ``MemoizingMiddleware`` cache."""
 
 
-_PLAIN_DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
-
-
-def _plain_defaults(cls: type[BaseModel]) -> dict[str, Any]:
-    """The defaults of ``cls`` that serialize as themselves (None, bools, numbers, text, [])."""
-    found = _PLAIN_DEFAULTS.get(cls)
-    if found is None:
-        found = {}
-        for name, field in cls.model_fields.items():
-            if field.is_required():
-                continue
-            default = field.get_default(call_default_factory=True)
-            plain = default is None or isinstance(default, bool | int | float | str)
-            if plain or default in ([], {}):
-                found[name] = default
-        _PLAIN_DEFAULTS[cls] = found
-    return found
-
-
-class Compact(BaseModel):
-    """A model serialized without the fields that hold their default value.
-
-    For the envelopes that cross Temporal once per tool call or turn: every byte of them is
-    stored in the workflow history, and decoding fills the defaults back in. So these
-    defaults are part of the wire format: changing one changes what recorded histories
-    decode to (and how they replay). Only plain defaults are left out (``None``, ``False``,
-    numbers, texts, empty lists and dicts); nested models always travel whole.
-    """
-
-    _always_said: ClassVar[tuple[str, ...]] = ()
-    """Fields that travel even when they hold their default (a union's tag)."""
-
-    @model_serializer(mode="wrap")
-    def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
-        data = handler(self)
-        if isinstance(data, dict):
-            for name, default in _plain_defaults(type(self)).items():
-                if name in self._always_said:
-                    continue
-                if name in data and data[name] == default:
-                    del data[name]
-            self._pack(data)
-        return data
-
-    def _pack(self, data: dict[str, Any]) -> None:
-        """Shorten ``data`` (this model's dump) further; the model's validator undoes it."""
-
-
 class ConversationAppend(BaseModel):
     """Messages an agent turn adds to its run's conversation (its tool results)."""
 
@@ -227,7 +171,7 @@ class ConversationAppend(BaseModel):
     messages: list[Message]
 
 
-class Flush(Compact):
+class Flush(BaseModel):
     """Audit records produced by the workflow since the last successful write."""
 
     turn_id: str = ""
@@ -288,7 +232,7 @@ class ShadowPlan(BaseModel):
     """The loop detector as the original turn started, when it was recorded."""
 
 
-class TurnInput(Compact):
+class TurnInput(BaseModel):
     """Input of ``TurnWorkflow``."""
 
     session_id: str
@@ -333,22 +277,8 @@ class TurnOutput(BaseModel):
     recorded before ``ModelPhase.state_in_db`` (other turns load it from the database,
     where the final record saved it)."""
 
-    @field_serializer("results", mode="wrap")
-    def _compact_results(
-        self, results: list[ToolDispatchResult], handler: SerializerFunctionWrapHandler
-    ) -> Any:
-        # Unset optional fields are left out: the history holds every result once more.
-        # (Only those: this is the turn's public result, and its dump should say the rest.)
-        data = handler(results)
-        if isinstance(data, list):
-            for item in data:
-                for key in ("display_hint", "output_ref"):
-                    if isinstance(item, dict) and item.get(key, False) is None:
-                        del item[key]
-        return data
 
-
-class ExecuteAttempt(Compact):
+class ExecuteAttempt(BaseModel):
     """Input of the ``tooltrail.tool.execute`` activity."""
 
     turn_id: str = ""
@@ -376,7 +306,7 @@ class ExecuteAttempt(Compact):
     """The original turn's result of this attempt (shadow replays)."""
 
 
-class _Result(Compact):
+class _Result(BaseModel):
     """What every completed attempt says: the fields of the call's result."""
 
     output: str | list[Part]
@@ -417,23 +347,6 @@ class Ran(_Result):
     flushed: bool = True
     """False when the audit database could not be written; the workflow sends the records again."""
 
-    def _pack(self, data: dict[str, Any]) -> None:
-        # The four timestamps and the duration as whole microseconds in one list ``t``:
-        # [started, finished - started, duration, dispatch started - started, dispatch
-        # finished - started]. ISO texts cost ~45 bytes each in every call's history.
-        times = _pack_times(self, data)
-        if times is not None:
-            for name in ("started_at", "finished_at", "duration_ms"):
-                data.pop(name, None)
-            data["t"] = times
-
-    @model_validator(mode="before")
-    @classmethod
-    def _unpack(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "t" in data:
-            data = _unpack_times(data)
-        return data
-
 
 class ShadowServed(_Result):
     """A shadow replay's attempt: the original turn's result, screened by today's gate.
@@ -443,40 +356,36 @@ class ShadowServed(_Result):
     """
 
     kind: Literal["shadow"] = "shadow"
-    _always_said = ("kind",)
     reflector: Literal["noop", "custom"] | None = None
     """As for ``Ran``."""
     flushed: bool = True
     """As for ``Ran``."""
 
 
-class HookRefused(Compact):
+class HookRefused(BaseModel):
     """A pre-tool hook blocked the attempt or asked about it: the tool did not run."""
 
     kind: Literal["hook_refused"] = "hook_refused"
-    _always_said = ("kind",)
     hook: HookDecision
     flushed: bool = True
     """As for ``Ran``."""
 
 
-class HooksPassed(Compact):
+class HooksPassed(BaseModel):
     """The pre-tool hooks let a hooks-only attempt through (the workflow refuses it then)."""
 
     kind: Literal["hooks_passed"] = "hooks_passed"
-    _always_said = ("kind",)
     flushed: bool = True
     """As for ``Ran``."""
 
 
-class BreakerRefused(Compact):
+class BreakerRefused(BaseModel):
     """The circuit breaker of the requested tool is open: the tool did not run.
 
     The result is ``tooltrail.text.BREAKER_OPEN``; no POST phase, no recovery.
     """
 
     kind: Literal["breaker_refused"] = "breaker_refused"
-    _always_said = ("kind",)
     flushed: bool = True
     """As for ``Ran``."""
 
@@ -485,7 +394,6 @@ class MemoHit(_Result):
     """Served from the session's memoize cache by the workflow: no activity ran."""
 
     kind: Literal["memo_hit"] = "memo_hit"
-    _always_said = ("kind",)
 
 
 class InfraFailed(_Result):
@@ -496,32 +404,11 @@ class InfraFailed(_Result):
     """
 
     kind: Literal["infra_failed"] = "infra_failed"
-    _always_said = ("kind",)
-
-
-def _outcome_kind(value: Any) -> str:
-    if not isinstance(value, dict):
-        return str(getattr(value, "kind", "ran"))
-    kind = value.get("kind")
-    if kind is not None:
-        return str(kind)
-    # Outcomes recorded before the tag: a hook's or the breaker's refusal said so in a field.
-    if value.get("hook") is not None:
-        return "hook_refused"
-    if value.get("breaker_refused"):
-        return "breaker_refused"
-    return "ran"
 
 
 AttemptOutcome = Annotated[
-    Annotated[Ran, Tag("ran")]
-    | Annotated[ShadowServed, Tag("shadow")]
-    | Annotated[HookRefused, Tag("hook_refused")]
-    | Annotated[HooksPassed, Tag("hooks_passed")]
-    | Annotated[BreakerRefused, Tag("breaker_refused")]
-    | Annotated[MemoHit, Tag("memo_hit")]
-    | Annotated[InfraFailed, Tag("infra_failed")],
-    Discriminator(_outcome_kind),
+    Ran | ShadowServed | HookRefused | HooksPassed | BreakerRefused | MemoHit | InfraFailed,
+    Field(discriminator="kind"),
 ]
 """One attempt's outcome, told by its ``kind``.
 
@@ -529,7 +416,7 @@ The tool activity (``tooltrail.tool.execute``) returns ``ran``, ``shadow``,
 ``hook_refused``, ``hooks_passed`` or ``breaker_refused``, never a raised tool error; the
 workflow makes ``memo_hit`` (no activity ran) and ``infra_failed`` (the activity's
 infrastructure retries were spent) itself, and matches every kind exhaustively. ``ran``
-is the common case: its ``kind`` is left unsaid on the wire.
+is the common case: its ``kind`` is left unsaid on the wire (``tooltrail.envelopes``).
 """
 AttemptResult = Ran | ShadowServed | MemoHit | InfraFailed
 """The kinds of ``AttemptOutcome`` that carry a result for the POST phase (and recovery)."""
@@ -537,7 +424,7 @@ ATTEMPT_OUTCOME: Any = AttemptOutcome
 """``AttemptOutcome`` as an activity's ``result_type``."""
 
 
-class RecordTurn(Compact):
+class RecordTurn(BaseModel):
     """Input of ``tooltrail.audit.record``."""
 
     flush: Flush
@@ -709,175 +596,3 @@ class AgentProgress(BaseModel):
     turns: list[str]
     usage: Usage
     status: Literal["model", "tools", "done"]
-
-
-# -- the dispatch record on the wire ------------------------------------------------------
-
-DISPATCH_FIELDS = (
-    "call_id",
-    "attempt",
-    "tool_name",
-    "tool_kind",
-    "principal_id",
-    "raw_arguments",
-    "ignored_arguments",
-    "effective_arguments",
-    "idempotency_key",
-    "status",
-    "text",
-    "value",
-    "source_call_id",
-    "lease_lost",
-    "started_at",
-    "finished_at",
-)
-"""The fields of ``tooltrail.dispatcher.DispatchRecord``, in order (a test keeps them equal)."""
-
-
-def _implied_dispatch(
-    *, call_id: str, attempt: int, tool_name: str, arguments: dict[str, Any], output: Any
-) -> dict[str, Any]:
-    # What the workflow knows of a dispatch record before the activity runs: the activity
-    # leaves these out of its outcome when they hold, so the history does not carry them
-    # twice. The record counts attempts from 1, the workflow from 0.
-    implied: dict[str, Any] = {
-        "call_id": call_id,
-        "attempt": attempt + 1,
-        "tool_name": tool_name,
-        "tool_kind": "static",
-        "principal_id": None,
-        "raw_arguments": arguments,
-        "ignored_arguments": [],
-        "effective_arguments": canonical_json(arguments),
-        "idempotency_key": None,
-        "status": "ok",
-        "text": None,
-        "source_call_id": None,
-        "lease_lost": False,
-    }
-    if isinstance(output, str):
-        implied["value"] = output
-    return implied
-
-
-def pack_dispatch(
-    record: dict[str, Any],
-    *,
-    call_id: str,
-    attempt: int,
-    tool_name: str,
-    arguments: dict[str, Any],
-    output: Any,
-) -> dict[str, Any]:
-    """Drop from a dispatch record (JSON form) what ``unpack_dispatch`` can put back.
-
-    Args:
-        record: ``DispatchRecord.model_dump(mode="json")``, possibly with extra keys.
-        call_id: the attempt's tool call id.
-        attempt: the workflow's attempt number (from 0).
-        tool_name: the tool the attempt ran.
-        arguments: the arguments the workflow sent.
-        output: the attempt's output as the outcome carries it.
-    """
-    implied = _implied_dispatch(
-        call_id=call_id, attempt=attempt, tool_name=tool_name, arguments=arguments, output=output
-    )
-    return {k: v for k, v in record.items() if k not in implied or v != implied[k]}
-
-
-def unpack_dispatch(
-    packed: dict[str, Any],
-    *,
-    call_id: str,
-    attempt: int,
-    tool_name: str,
-    arguments: dict[str, Any],
-    output: Any,
-) -> dict[str, Any]:
-    """The whole dispatch record again, in field order (a full record comes back as is)."""
-    implied = _implied_dispatch(
-        call_id=call_id, attempt=attempt, tool_name=tool_name, arguments=arguments, output=output
-    )
-    full = {
-        k: packed[k] if k in packed else implied[k]
-        for k in DISPATCH_FIELDS
-        if k in packed or k in implied
-    }
-    full.update((k, v) for k, v in packed.items() if k not in full)
-    return full
-
-
-# -- attempt timestamps on the wire -------------------------------------------------------
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICRO = timedelta(microseconds=1)
-
-
-def _micros(moment: datetime) -> int:
-    return (moment - _EPOCH) // _MICRO
-
-
-def _moment(micros: int) -> datetime:
-    return _EPOCH + micros * _MICRO
-
-
-def _iso_z(moment: datetime) -> str:
-    # The form pydantic gives a UTC datetime in JSON (the dispatch record's timestamps).
-    fraction = f".{moment.microsecond:06d}" if moment.microsecond else ""
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
-
-
-def _exact_micros(text: Any) -> int | None:
-    """Microseconds of an ISO text that ``_iso_z`` writes back exactly; else ``None``."""
-    if not isinstance(text, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if moment.utcoffset() != timedelta(0) or _iso_z(moment) != text:
-        return None
-    return _micros(moment)
-
-
-def _pack_times(outcome: Ran, data: dict[str, Any]) -> list[int] | None:
-    """The outcome's times as ``Ran._pack`` lists them.
-
-    The dispatch record's two leave ``data`` when they pack exactly.
-    """
-    started, finished = outcome.started_at, outcome.finished_at
-    if started is None or finished is None or started.utcoffset() != timedelta(0):
-        return None
-    if finished.utcoffset() != timedelta(0):
-        return None
-    duration = round(outcome.duration_ms * 1000)
-    if duration / 1000 != outcome.duration_ms:
-        return None  # more digits than microseconds: keep the float as it is
-    base = _micros(started)
-    times = [base, _micros(finished) - base, duration]
-    dispatch = data.get("dispatch")
-    if isinstance(dispatch, dict):
-        begun = _exact_micros(dispatch.get("started_at"))
-        ended = _exact_micros(dispatch.get("finished_at"))
-        if begun is not None and ended is not None:
-            data["dispatch"] = {
-                k: v for k, v in dispatch.items() if k not in ("started_at", "finished_at")
-            }
-            times += [begun - base, ended - base]
-    return times
-
-
-def _unpack_times(data: dict[str, Any]) -> dict[str, Any]:
-    data = dict(data)
-    base, finished, duration, *dispatch_times = data.pop("t")
-    data["started_at"] = _moment(base)
-    data["finished_at"] = _moment(base + finished)
-    data["duration_ms"] = duration / 1000
-    if dispatch_times and isinstance(data.get("dispatch"), dict):
-        begun, ended = dispatch_times
-        data["dispatch"] = {
-            **data["dispatch"],
-            "started_at": _iso_z(_moment(base + begun)),
-            "finished_at": _iso_z(_moment(base + ended)),
-        }
-    return data

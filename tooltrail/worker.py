@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -22,6 +21,7 @@ from tooltrail.activities import (
 from tooltrail.activities.conversation import ConversationActivities
 from tooltrail.activities.tool_execution import Recorder
 from tooltrail.codec import AesGcmCodec, data_converter
+from tooltrail.converter import wire_data_converter
 from tooltrail.db.migrate import check_schema
 from tooltrail.db.store import AuditStore
 from tooltrail.dispatcher import ToolDispatcher
@@ -48,6 +48,7 @@ __all__ = ["PURE_MODULES", "build_worker", "connect_client", "sandbox_runner", "
 PURE_MODULES = (
     "tooltrail.config",
     "tooltrail.detection",
+    "tooltrail.envelopes",
     "tooltrail.errors",
     "tooltrail.hooks",
     "tooltrail.llm",
@@ -96,7 +97,7 @@ def build_worker(
     """Build the worker of a tooltrail deployment; freezes the host's registry.
 
     Args:
-        client: a Temporal client using the pydantic data converter.
+        client: a Temporal client using tooltrail's data converter.
         host: the host wiring.
         task_queue: the task queue of the turn workflows.
         store: the audit database.
@@ -153,9 +154,9 @@ def build_worker(
 
 
 def settings_data_converter(settings: Settings) -> DataConverter:
-    """The pydantic data converter, encrypting payloads when codec keys are configured."""
+    """Tooltrail's data converter, encrypting payloads when codec keys are configured."""
     if settings.codec_keys is None:
-        return pydantic_data_converter
+        return wire_data_converter
     codec = AesGcmCodec(settings.codec_key_ring(), settings.active_codec_key_id() or "")
     return data_converter(codec)
 
@@ -180,7 +181,7 @@ async def connect_client(
     data_converter: DataConverter | None = None,
     **kwargs: Any,
 ) -> Client:
-    """Connect a Temporal client with the pydantic data converter (or the one given).
+    """Connect a Temporal client with tooltrail's data converter (or the one given).
 
     Raises:
         ConfigurationError: the server cannot be reached (with the address tried).
@@ -189,7 +190,7 @@ async def connect_client(
         return await Client.connect(
             address,
             namespace=namespace,
-            data_converter=data_converter or pydantic_data_converter,
+            data_converter=data_converter or wire_data_converter,
             **kwargs,
         )
     except RuntimeError as exc:

@@ -17,6 +17,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tooltrail.detection import LoopCheck, operation_for
+from tooltrail.envelopes import open_outcome
 from tooltrail.errors import LoopDetected, ToolRecoveryExhausted
 from tooltrail.hooks import HookDecision
 from tooltrail.memoize import with_cached_marker
@@ -38,7 +39,6 @@ from tooltrail.wire import (
     MemoryEntry,
     Ran,
     ShadowServed,
-    unpack_dispatch,
 )
 from tooltrail.workflows.approvals import Approvals
 from tooltrail.workflows.failures import (
@@ -328,14 +328,7 @@ class CallPipeline:
         if isinstance(outcome, MemoHit):
             payload["cached"] = True
         if ran is not None and ran.dispatch is not None:
-            payload["dispatch"] = unpack_dispatch(
-                ran.dispatch,
-                call_id=call.id,
-                attempt=attempt,
-                tool_name=tool_name,
-                arguments=arguments,
-                output=ran.output,
-            )
+            payload["dispatch"] = ran.dispatch
         if ran is not None and ran.post_hook_errors:
             payload["post_hook_errors"] = ran.post_hook_errors
         return self._trail.emit(
@@ -466,10 +459,10 @@ class CallPipeline:
             # Temporal's infrastructure retries are spent (spec §14): a soft failed attempt.
             self._trail.settle(flush, written=False)
             return infra_failed(failure, tool_name)
+        # What the activity left unsaid (the request says it) comes back first.
+        outcome = open_outcome(outcome, request)
         match outcome:
             case Ran() | ShadowServed():
-                if not outcome.resolved_tool_name:
-                    outcome.resolved_tool_name = tool_name  # unsaid: the requested tool ran
                 self._trail.settle(flush, written=outcome.flushed)
             case HookRefused() | HooksPassed() | BreakerRefused():
                 self._trail.settle(flush, written=outcome.flushed)
