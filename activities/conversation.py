@@ -10,12 +10,13 @@ it instead of asking the model again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import TypeAdapter
 from temporalio import activity
 
+from tooltrail.activities.planning import TurnPlanner
 from tooltrail.activities.tool_execution import Recorder, heartbeating
 from tooltrail.db.store import (
     append_messages,
@@ -25,10 +26,9 @@ from tooltrail.db.store import (
 )
 from tooltrail.llm.errors import to_application_error
 from tooltrail.llm.messages import ModelClient, ModelRequest, ModelResponse
-from tooltrail.planner import CallVerdict
-from tooltrail.results import Part, ToolCall
+from tooltrail.results import Part
 from tooltrail.text import render_text
-from tooltrail.wire import MODEL_TURN, ModelTurnOutcome, ModelTurnRequest
+from tooltrail.wire import MODEL_TURN, ModelTurnOutcome, ModelTurnRequest, SessionState, TurnPlan
 
 __all__ = ["ConversationActivities"]
 
@@ -42,7 +42,7 @@ class ConversationActivities:
         self,
         client: ModelClient,
         recorder: Recorder,
-        verdicts: Callable[[Sequence[ToolCall]], list[CallVerdict]] | None = None,
+        planner: TurnPlanner | None = None,
         catalog: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
         """Wire the model client and the audit recorder (whose database holds conversations).
@@ -50,14 +50,14 @@ class ConversationActivities:
         Args:
             client: the model client.
             recorder: the audit recorder (its database holds the conversations).
-            verdicts: judges tool calls for parallel dispatch (``Host.verdicts``).
+            planner: plans the answer's tool calls (the worker's tools, verdicts).
             catalog: the worker's tool catalog (OpenAI format), for turns that send none.
                 Built once, at the first model turn: the worker's registry is frozen by
                 then (``build_worker``), and a schema costs a millisecond to generate.
         """
         self.client = client
         self.recorder = recorder
-        self.verdicts = verdicts
+        self.planner = planner
         self._built_catalog: list[dict[str, Any]] | None = None
         self.catalog = catalog
 
@@ -83,8 +83,7 @@ class ConversationActivities:
                 response=previous,
                 flushed=flushed,
                 reused=True,
-                verdicts=self._verdicts(inp, previous),
-                session=state,
+                plan=self._plan(inp, previous, state),
             )
         messages = [message for seq, message, _ in stored if seq < answer_seq]
         refs = [m.content_ref for m in messages if m.content_ref]
@@ -112,10 +111,7 @@ class ConversationActivities:
         async with self.recorder.store.sessions.begin() as session:
             await store_answer(session, run_id=phase.run_id, seq=answer_seq, response=response)
         return ModelTurnOutcome(
-            response=response,
-            flushed=flushed,
-            verdicts=self._verdicts(inp, response),
-            session=state,
+            response=response, flushed=flushed, plan=self._plan(inp, response, state)
         )
 
     def _catalog(self, inp: ModelTurnRequest) -> list[dict[str, Any]]:
@@ -132,10 +128,21 @@ class ConversationActivities:
             if wanted is None or spec.get("function", {}).get("name") in wanted
         ]
 
-    def _verdicts(self, inp: ModelTurnRequest, response: ModelResponse) -> list[CallVerdict] | None:
-        if not inp.verdicts or self.verdicts is None or not response.message.tool_calls:
-            return None
-        return self.verdicts(response.message.tool_calls)
+    def _plan(
+        self, inp: ModelTurnRequest, response: ModelResponse, state: SessionState | None
+    ) -> TurnPlan:
+        # Agent turns keep their behaviour of before the plan: no memoize cache.
+        calls = response.message.tool_calls
+        plan = (
+            TurnPlan()
+            if self.planner is None
+            else self.planner.plan(
+                calls, advertised=inp.advertised, parallel=inp.verdicts and bool(calls), memo=False
+            )
+        )
+        if state is not None:
+            plan.session = state
+        return plan
 
 
 _OUTPUT = TypeAdapter(str | list[Part])

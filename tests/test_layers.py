@@ -30,6 +30,7 @@ WORKFLOW_MODULES = (
     "tooltrail.workflows.approvals",
     "tooltrail.workflows.attempt",
     "tooltrail.workflows.failures",
+    "tooltrail.workflows.planning",
     "tooltrail.workflows.recovery",
     "tooltrail.workflows.session",
     "tooltrail.workflows.state",

@@ -362,6 +362,7 @@ def test_a_turn_input_leaves_what_it_does_not_use_out() -> None:
 # recorded history says (and how it replays), so it needs a new field instead.
 PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
     "TurnInput": {
+        "advertised": None,
         "tools": {},
         "verdicts": None,
         "ends_run": False,
@@ -370,6 +371,13 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
         "rerun_of": None,
         "shadow": None,
         "model": None,
+    },
+    "TurnPlan": {
+        "advertised": None,
+        "tools": {},
+        "verdicts": None,
+        "memo": None,
+        "memo_paths": {},
     },
     "TurnOutput": {"assistant": None, "usage": None, "session": None},
     "ToolDispatchResult": {"display_hint": None, "output_ref": None},
@@ -431,7 +439,7 @@ def test_every_envelopes_left_out_defaults_are_pinned() -> None:
 def test_an_envelope_of_defaults_says_only_what_it_must(cls: type[BaseModel]) -> None:
     # Build the envelope from its required fields; the wire then holds those (and tags).
     required = {
-        "TurnInput": {"session_id": "s", "calls": [], "advertised": []},
+        "TurnInput": {"session_id": "s", "calls": []},
         "TurnOutput": {"turn_id": "t", "results": []},
         "ToolDispatchResult": {
             "tool_call_id": "c",

@@ -1,8 +1,9 @@
 """The client API: start turns, wait for their results, read the audit trail and memory.
 
 ``local(host)`` brings up everything in-process (the embedded Temporal dev server, a worker,
-the SQLite audit database); ``connect(host, ...)`` talks to an existing deployment, whose
-workers run ``tooltrail worker``.
+the SQLite audit database); ``connect(...)`` talks to an existing deployment, whose workers
+run ``tooltrail worker``. The client runs no tool code: the workers decide everything about
+the tools (``tooltrail.turn.prepare``), so ``connect()`` needs no host.
 """
 
 from __future__ import annotations
@@ -60,11 +61,9 @@ from tooltrail.wire import (
     ApprovalInput,
     AuditEvent,
     CloseSessionInput,
-    HostFeatures,
     MemoryEntry,
     ModelSettings,
     PendingApproval,
-    SessionState,
     ShadowPlan,
     TurnInput,
     TurnOutput,
@@ -264,14 +263,18 @@ class Tooltrail:
     def __init__(
         self,
         client: Client,
-        host: Host,
+        host: Host | None = None,
         *,
         task_queue: str,
         store: AuditStore,
     ) -> None:
-        """Wrap a Temporal client, the host wiring and the audit database."""
+        """Wrap a Temporal client, the host wiring and the audit database.
+
+        The client runs no tool code: the workers decide everything about the tools (see
+        ``start_turn``). ``host`` only serves ``authorize_tool`` (default: no tools).
+        """
         self.client = client
-        self.host = host
+        self.host = Host() if host is None else host
         self.task_queue = task_queue
         self.store = store
         self.sessions: set[str] = set()
@@ -294,7 +297,8 @@ class Tooltrail:
         Args:
             calls: the model's tool calls, in its order.
             session_id: the session the turn belongs to.
-            advertised: the tool names the model was offered (default: the host's registry).
+            advertised: the tool names the model was offered (default: the tools the
+                deployment's workers offer).
             config: dispatch configuration.
             turn_id: the turn (workflow) id; a new one by default. Ids are never reused.
             execution_timeout: an optional limit for the whole turn.
@@ -303,27 +307,22 @@ class Tooltrail:
             rerun_of: the turn this one re-runs (see ``rerun``).
             shadow: serve every tool result from a past turn's audit trail (see ``rerun``).
 
+        The worker plans the turn where the tools live (their settings, the parallel-safety
+        verdicts, the memoize paths) and reads the session's state itself: the client needs
+        no tool code.
+
         Raises:
             ConfigurationError: ``turn_id`` was already used.
         """
         turn_id = turn_id or f"turn-{uuid.uuid4()}"
-        names = self.host.registry.names() if advertised is None else list(advertised)
-        config = config or RunConfig()
-        calls = [_encodable(call) for call in calls]
-        session = SessionState() if shadow else await self.store.session_state(session_id)
         inp = TurnInput(
             session_id=session_id,
-            calls=list(calls),
-            advertised=names,
-            config=config,
-            tools=self.host.tool_meta(),
-            verdicts=self.host.verdicts(calls) if config.dispatch == "parallel" else None,
-            features=HostFeatures(hooks=bool(self.host.hooks), memory=self.host.memory),
-            session=session,
+            calls=[_encodable(call) for call in calls],
+            advertised=None if advertised is None else list(advertised),
+            config=config or RunConfig(),
             ends_run=ends_run,
             rerun_of=rerun_of,
             shadow=shadow,
-            **self._memo_inputs(calls),
         )
         try:
             handle = await self.client.start_workflow(
@@ -355,18 +354,6 @@ class Tooltrail:
             ) from exc
         self.sessions.add(session_id)
         return TurnHandle(handle, self.store)
-
-    def _memo_inputs(self, calls: Sequence[ToolCall]) -> dict[str, Any]:
-        memoizer = self.host.memoizer()
-        if memoizer is None:
-            return {}
-        paths = {}
-        for call in calls:
-            if isinstance(call.arguments, dict):
-                found = memoizer.paths(call.name, call.arguments)
-                if found:
-                    paths[call.id] = found
-        return {"memo": memoizer.plan(), "memo_paths": paths}
 
     async def run_turn(
         self,
@@ -485,10 +472,7 @@ class Tooltrail:
             session_id=session_id,
             messages=opening,
             settings=settings,
-            advertised=self.host.registry.names(),
             config=config,
-            tools=self.host.tool_meta(),
-            features=HostFeatures(hooks=bool(self.host.hooks), memory=self.host.memory),
             max_turns=max_turns,
             turns_per_segment=turns_per_segment,
             local_model=local_model,
@@ -650,7 +634,7 @@ async def local(
 
 @contextlib.asynccontextmanager
 async def connect(
-    host: Host | ToolRegistry | list[Tool],
+    host: Host | ToolRegistry | list[Tool] | None = None,
     *,
     temporal_address: str | None = None,
     namespace: str | None = None,
@@ -659,13 +643,15 @@ async def connect(
 ) -> AsyncIterator[Tooltrail]:
     """Connect to an existing deployment (workers run ``tooltrail worker``).
 
-    Options default to the settings (``TOOLTRAIL_*`` environment variables).
+    The client needs no tools: the workers decide what they offer and how each call runs.
+    ``host``, if given, serves ``authorize_tool`` and its ``database_url``. Options default
+    to the settings (``TOOLTRAIL_*`` environment variables).
 
     Raises:
         DatabaseSchemaError: the database is not migrated (run ``tooltrail db upgrade``).
     """
     settings = Settings()
-    wired = Host.coerce(host)
+    wired = Host() if host is None else Host.coerce(host)
     url = database_url or wired.database_url or settings.effective_database_url()
     await check_schema(url)
     client = await connect_client(

@@ -40,6 +40,7 @@ from tooltrail.wire import (
     ShadowServed,
     TurnInput,
     TurnOutput,
+    TurnPlan,
 )
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
 
 ENVELOPES: tuple[type[BaseModel], ...] = (
     TurnInput,
+    TurnPlan,
     TurnOutput,
     ToolDispatchResult,
     ExecuteAttempt,

@@ -34,6 +34,7 @@ __all__ = [
     "RECOVERY_REFLECT",
     "SESSION_CLEANUP",
     "TOOL_EXECUTE",
+    "TURN_PREPARE",
     "AgentCarry",
     "AgentProgress",
     "AgentRunInput",
@@ -59,6 +60,7 @@ __all__ = [
     "ModelTurnOutcome",
     "ModelTurnRequest",
     "PendingApproval",
+    "PrepareTurn",
     "Ran",
     "RecordTurn",
     "RecordedAttempt",
@@ -70,18 +72,25 @@ __all__ = [
     "ToolMeta",
     "TurnInput",
     "TurnOutput",
+    "TurnPlan",
     "TurnRecord",
     "TurnStatus",
 ]
 
+# The activities' names, all of them: stable forever (a renamed activity breaks every turn
+# in flight), so they are written here once and only referred to elsewhere.
 TOOL_EXECUTE = "tooltrail.tool.execute"
-"""Activity: flush pending audit records, then run one attempt of one call."""
+"""Activity: run one attempt of one call (hooks, breaker gate, body, post hooks)."""
 AUDIT_RECORD = "tooltrail.audit.record"
-"""Activity: flush pending audit records and the turn's final status."""
+"""Activity: write a turn's pending audit records (and, at its end, its final status)."""
 SESSION_CLEANUP = "tooltrail.session.cleanup"
 """Activity: remove a session's scratch directory."""
 RECOVERY_REFLECT = "tooltrail.recovery.reflect"
 """Activity: ask the host's reflector about a failed attempt."""
+MODEL_TURN = "tooltrail.model.turn"
+"""Activity: append a turn's new messages to the run's conversation and ask the model."""
+TURN_PREPARE = "tooltrail.turn.prepare"
+"""Activity (local): plan a standalone turn where the tools live (``TurnPlan``)."""
 
 EventKind = Literal[
     "turn_started",
@@ -212,6 +221,42 @@ class ToolMeta(BaseModel):
     """Attempts run as local activities (``@tool(local=True)``)."""
 
 
+class PrepareTurn(BaseModel):
+    """Input of ``tooltrail.turn.prepare`` (a local activity: it never enters the history)."""
+
+    session_id: str
+    calls: list[ToolCall]
+    advertised: list[str] | None = None
+    """The names the turn advertises; ``None``: the worker's tools (the plan lists them)."""
+    parallel: bool = False
+    """Judge the calls for parallel waves."""
+    shadow: bool = False
+    """A shadow replay: it starts from the original turn's state, so none is read."""
+
+
+class TurnPlan(BaseModel):
+    """What the worker decides for a turn, because the tools and the database are there.
+
+    A standalone turn gets it from ``tooltrail.turn.prepare``, an agent turn with the
+    model's answer (``ModelTurnOutcome.plan``).
+    """
+
+    advertised: list[str] | None = None
+    """The worker's tool names, when the turn left them to the worker; else ``None``."""
+    tools: dict[str, ToolMeta] = Field(default_factory=dict)
+    """The declarations of the worker's tools, where they differ from ``ToolMeta()``."""
+    features: HostFeatures = Field(default_factory=HostFeatures)
+    verdicts: list[CallVerdict] | None = None
+    """Per call, the tool's concurrency declaration evaluated on its arguments (parallel
+    mode); ``None`` plans every call as unsafe."""
+    memo: MemoPlan | None = None
+    """The host's ``MemoizingMiddleware`` configuration, if it has one."""
+    memo_paths: dict[str, list[str]] = Field(default_factory=dict)
+    """Per call id, the paths it touches (for write-tool eviction)."""
+    session: SessionState = Field(default_factory=SessionState)
+    """The session's state as the previous turn left it."""
+
+
 class RecordedAttempt(BaseModel):
     """One attempt's result as the audit trail holds it (for shadow replays)."""
 
@@ -237,22 +282,24 @@ class TurnInput(BaseModel):
 
     session_id: str
     calls: list[ToolCall]
-    advertised: list[str]
-    """The tool names advertised to the model for this turn."""
+    advertised: list[str] | None = None
+    """The tool names advertised to the model for this turn; ``None``: the tools the
+    deployment's workers offer (``TurnPlan.advertised``)."""
     config: RunConfig = Field(default_factory=RunConfig)
     tools: dict[str, ToolMeta] = Field(default_factory=dict)
+    """Turns started before ``TurnPlan``: what the plan now says."""
     verdicts: list[CallVerdict] | None = None
-    """Per call, the tool's concurrency declaration evaluated on its arguments (parallel
-    mode); ``None`` plans every call as unsafe."""
+    """Turns started before ``TurnPlan``: what the plan now says."""
     features: HostFeatures = Field(default_factory=HostFeatures)
+    """Turns started before ``TurnPlan``: what the plan now says."""
     session: SessionState = Field(default_factory=SessionState)
-    """The session's state as the previous turn left it."""
+    """Turns started before ``TurnPlan``: what the plan now says."""
     ends_run: bool = False
     """This turn ends a run: a loop pattern at stop level is cleared for the next run."""
     memo: MemoPlan | None = None
-    """The host's ``MemoizingMiddleware`` configuration, if it has one."""
+    """Turns started before ``TurnPlan``: what the plan now says."""
     memo_paths: dict[str, list[str]] = Field(default_factory=dict)
-    """Per call id, the paths it touches (for write-tool eviction)."""
+    """Turns started before ``TurnPlan``: what the plan now says."""
     rerun_of: str | None = None
     """The turn this one re-runs (``tooltrail rerun``)."""
     shadow: ShadowPlan | None = None
@@ -481,10 +528,6 @@ class PendingApproval(BaseModel):
     arguments: dict[str, Any]
 
 
-MODEL_TURN = "tooltrail.model.turn"
-"""Activity: append a turn's new messages to the run's conversation and ask the model."""
-
-
 class ModelSettings(BaseModel):
     """Which model answers, and how."""
 
@@ -542,6 +585,9 @@ class ModelTurnOutcome(BaseModel):
     """One per tool call of the answer, when the request asked for them."""
     session: SessionState | None = None
     """The session's saved state, when the request named the session."""
+    plan: TurnPlan | None = None
+    """The worker's plan of the answer's calls (its ``session`` is the session's state);
+    answers stored before it carry ``verdicts`` and ``session`` instead."""
 
 
 class AgentCarry(BaseModel):
@@ -564,7 +610,8 @@ class AgentRunInput(BaseModel):
     settings: ModelSettings = Field(default_factory=ModelSettings)
     catalog: list[dict[str, Any]] = Field(default_factory=list)
     """Unused: a run's turns offer the worker's own catalog (older runs carried it here)."""
-    advertised: list[str] = Field(default_factory=list)
+    advertised: list[str] | None = None
+    """The tools the model is offered; ``None``: those the deployment's workers offer."""
     config: RunConfig = Field(default_factory=RunConfig)
     tools: dict[str, ToolMeta] = Field(default_factory=dict)
     features: HostFeatures = Field(default_factory=HostFeatures)

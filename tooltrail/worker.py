@@ -19,6 +19,7 @@ from tooltrail.activities import (
     ToolActivities,
 )
 from tooltrail.activities.conversation import ConversationActivities
+from tooltrail.activities.planning import TurnPlanner
 from tooltrail.activities.tool_execution import Recorder
 from tooltrail.codec import AesGcmCodec, data_converter
 from tooltrail.converter import wire_data_converter
@@ -129,10 +130,11 @@ def build_worker(
         dispatcher=dispatcher,
     )
     audit = AuditActivities(recorder)
+    planner = TurnPlanner(host, store)
     extra_activities: list[Any] = []
     if host.model is not None:
         conversation = ConversationActivities(
-            host.model, recorder, host.verdicts, host.registry.openai_tools
+            host.model, recorder, planner, host.registry.openai_tools
         )
         extra_activities.append(conversation.model_turn)
     sessions = SessionActivities(scratch)
@@ -146,6 +148,7 @@ def build_worker(
             audit.record,
             sessions.cleanup,
             recovery.reflect,
+            planner.prepare,
             *extra_activities,
         ],
         workflow_runner=sandbox_runner(strict=strict_sandbox),

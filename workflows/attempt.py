@@ -129,7 +129,7 @@ class CallPipeline:
             self._memo_update(call, tool_name, arguments, outcome)
             # 6e memory: successful results only.
             if not result.is_error:
-                if state.input.features.memory and state.input.shadow is None:
+                if state.plan.features.memory and state.input.shadow is None:
                     self._remember(call, tool_name, arguments, text, post)
                 # 7
                 return result
@@ -234,7 +234,7 @@ class CallPipeline:
         self, call: ToolCall, tool_name: str, arguments: dict[str, Any], attempt: int
     ) -> ToolDispatchResult | None:
         """Ask the pre-tool hooks without executing; the refusal if they refuse."""
-        if not self._state.input.features.hooks:
+        if not self._state.plan.features.hooks:
             return None
         asked = await self._execute(call, tool_name, arguments, attempt, hooks_only=True)
         match asked:
@@ -250,7 +250,7 @@ class CallPipeline:
 
     def _memo_hit(self, tool_name: str, arguments: dict[str, Any]) -> MemoHit | None:
         state = self._state
-        plan = state.input.memo
+        plan = state.plan.memo
         if plan is None or state.input.shadow is not None:
             return None
         entry = state.memo.lookup(plan, tool_name, arguments, state.session_version)
@@ -268,7 +268,7 @@ class CallPipeline:
         self, call: ToolCall, tool_name: str, arguments: dict[str, Any], outcome: AttemptResult
     ) -> None:
         state = self._state
-        plan = state.input.memo
+        plan = state.plan.memo
         if plan is None or outcome.is_error or state.input.shadow is not None:
             return
         match outcome:
@@ -280,7 +280,7 @@ class CallPipeline:
                 pass
             case _:
                 assert_never(outcome)
-        paths = state.input.memo_paths.get(call.id, [])
+        paths = state.plan.memo_paths.get(call.id, [])
         state.memo.written(plan, tool_name, paths)
         state.memo.remember(
             plan,
@@ -407,7 +407,7 @@ class CallPipeline:
         """Run one attempt as an activity; infrastructure failures become soft outcomes."""
         inp = self._state.input
         config = inp.config
-        meta = inp.tools.get(tool_name)
+        meta = self._state.plan.tools.get(tool_name)
         if meta is not None and meta.timeout_s is not None:
             timeout = timedelta(seconds=meta.timeout_s) + _TIMEOUT_MARGIN
         else:

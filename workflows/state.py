@@ -21,6 +21,7 @@ from tooltrail.wire import (
     PendingApproval,
     SessionState,
     TurnInput,
+    TurnPlan,
     TurnRecord,
 )
 
@@ -57,6 +58,8 @@ class TurnState:
     """The turn's row as it stands now."""
     trail: TrailState
     """The trail's bookkeeping (``workflows.trail.Trail`` owns it)."""
+    plan: TurnPlan = field(default_factory=TurnPlan)
+    """What the worker decided for the turn's calls (tools, features, verdicts, memo)."""
     detector: LoopDetector = field(default_factory=LoopDetector)
     """The loop detector: the session's window, updated by every attempt."""
     memo: MemoCache = field(default_factory=MemoCache)
@@ -72,19 +75,28 @@ class TurnState:
     conversation: ConversationAppend | None = None
     """An agent turn's tool results for its run's conversation (with the final record)."""
 
-    def adopt_session(self, state: SessionState) -> None:
-        """Take up the session-scoped state the previous turn left (carried in, or read).
+    @property
+    def advertised(self) -> list[str]:
+        """The names advertised for the turn: the input's, or else the worker's."""
+        if self.input.advertised is not None:
+            return self.input.advertised
+        return self.plan.advertised or []
+
+    def adopt(self, plan: TurnPlan) -> None:
+        """Take up the worker's plan, and the session-scoped state the previous turn left.
 
         A shadow replay starts from the state the original turn started with.
         """
+        self.plan = plan
+        state = plan.session
         start = state.detector
         if self.input.shadow is not None:
             start = self.input.shadow.detector or type(start)()
         self.detector = start.model_copy(deep=True)
         self.memo = state.memo.model_copy(deep=True)
         self.session_version = state.version
-        if self.input.memo is not None:
-            self.memo.expire(self.input.memo, self.session_version)
+        if plan.memo is not None:
+            self.memo.expire(plan.memo, self.session_version)
 
     def final_session(self) -> SessionState | None:
         """The session's state as this turn leaves it; ``None`` for a shadow (saves nothing)."""

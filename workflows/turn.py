@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
 
-from tooltrail.errors import TurnError, TurnFailed
-from tooltrail.llm.errors import MODEL_RETRY_POLICY
+from tooltrail.errors import TurnError
 from tooltrail.llm.messages import Message, ModelResponse, Usage
 from tooltrail.planner import CallVerdict, plan_waves
 from tooltrail.results import ToolCall, ToolDispatchResult
@@ -35,14 +33,10 @@ from tooltrail.text import (
     not_available,
 )
 from tooltrail.wire import (
-    MODEL_TURN,
     ApprovalInput,
     ConversationAppend,
     ModelPhase,
-    ModelTurnOutcome,
-    ModelTurnRequest,
     PendingApproval,
-    SessionState,
     TurnInput,
     TurnOutput,
     TurnRecord,
@@ -51,18 +45,16 @@ from tooltrail.wire import (
 from tooltrail.workflows.attempt import CallPipeline
 from tooltrail.workflows.failures import (
     application_error,
-    failure_text,
-    handles,
     raise_if_cancelled,
-    raise_if_cancelled_activity,
 )
+from tooltrail.workflows.planning import Planning, plan_in_input
 from tooltrail.workflows.state import TrailState, TurnState
 from tooltrail.workflows.trail import Trail, json_size
 
 __all__ = ["TurnWorkflow"]
 
-# The longest one model call may take, as an activity or a local one.
-_MODEL_TIMEOUT = timedelta(minutes=10)
+# Turns recorded before the worker planned them carry the plan's parts in their input.
+_PATCH_PLAN = "turn-plan"
 _EVENT_INPUT_LIMIT = 64 * 1024
 """Bytes of a call's input recorded in its tool_call_received event before it is cut."""
 
@@ -139,9 +131,9 @@ class TurnWorkflow:
             ),
             trail=TrailState(last_write=started),
         )
-        self._state.adopt_session(inp.session)
         self._trail = Trail(self._state)
         self._calls = CallPipeline(self._state, self._trail)
+        self._planning = Planning(self._state, self._trail)
 
     # -- interactive approvals -----------------------------------------------------------
 
@@ -172,22 +164,24 @@ class TurnWorkflow:
         state = self._state
         started = state.record.started_at
         self._trail.start()
+        planned = workflow.patched(_PATCH_PLAN)
         state_in_db = inp.model is not None and inp.model.state_in_db
-        if not state_in_db:
-            self._started(started)  # else once the model call has read the session's state
+        if not planned:
+            state.adopt(plan_in_input(inp))
+            if not state_in_db:
+                self._started(started)  # else once the model call has read the session's state
         results: list[ToolDispatchResult] = []
         response: ModelResponse | None = None
         tools_started = started
         try:
+            if inp.model is None and planned:
+                # What only the worker knows (the tools, the session's state) comes first.
+                state.adopt(await self._planning.prepare())
+                self._started(started)
             if inp.model is not None:
-                # The model phase: its tool calls are this turn's calls.
-                response, verdicts = await self._model_phase(inp.model, started)
-                # The worker judged the calls for parallel dispatch (histories recorded
-                # before it did carry none: their turns ran the calls one by one). The
-                # model phase may have read the session's state into the state's input.
-                inp = state.input.model_copy(
-                    update={"calls": response.message.tool_calls, "verdicts": verdicts}
-                )
+                # The model phase: its tool calls are this turn's calls, planned by the worker.
+                response = await self._model_phase(inp.model, started, planned=planned)
+                inp = state.input.model_copy(update={"calls": response.message.tool_calls})
                 state.input = inp
                 state.record = state.record.model_copy(update={"call_count": len(inp.calls)})
                 tools_started = workflow.now()
@@ -248,7 +242,7 @@ class TurnWorkflow:
                 "session_id": inp.session_id,
                 "calls": len(inp.calls),
                 "model_phase": inp.model is not None,
-                "advertised": inp.advertised,
+                "advertised": self._state.advertised,
                 "config": inp.config.model_dump(mode="json"),
                 # What a later shadow replay needs to start where this turn started.
                 "detector": self._state.detector.model_dump(mode="json"),
@@ -303,50 +297,11 @@ class TurnWorkflow:
         self._trail.emit("turn_end", payload)
 
     async def _model_phase(
-        self, phase: ModelPhase, started: datetime
-    ) -> tuple[ModelResponse, list[CallVerdict] | None]:
-        """Ask the model (one activity, local with ``phase.local``; it keeps the conversation)."""
-        state = self._state
-        flush = await self._trail.for_activity()
-        request = ModelTurnRequest(
-            phase=phase,
-            turn_id=state.record.turn_id,
-            flush=flush,
-            verdicts=state.input.config.dispatch == "parallel",
-            advertised=state.input.advertised if phase.catalog is None else None,
-            session_id=state.input.session_id if phase.state_in_db else None,
-        )
-        try:
-            if phase.local:
-                # start_agent(local_model=True): the call runs in this workflow task, so the
-                # turn saves the activity's server round trip and the workflow task after it.
-                outcome: ModelTurnOutcome = await workflow.execute_local_activity(
-                    MODEL_TURN,
-                    request,
-                    result_type=ModelTurnOutcome,
-                    start_to_close_timeout=_MODEL_TIMEOUT,
-                    retry_policy=MODEL_RETRY_POLICY,
-                )
-            else:
-                outcome = await workflow.execute_activity(
-                    MODEL_TURN,
-                    request,
-                    result_type=ModelTurnOutcome,
-                    start_to_close_timeout=_MODEL_TIMEOUT,
-                    heartbeat_timeout=timedelta(seconds=60),
-                    retry_policy=MODEL_RETRY_POLICY,
-                )
-        except (ActivityError, ApplicationError) as failure:
-            if not handles(failure):
-                raise
-            self._trail.settle(flush, written=False)
-            raise_if_cancelled_activity()
-            raise TurnFailed(f"model call failed: {failure_text(failure)}") from None
-        self._trail.settle(flush, written=outcome.flushed)
+        self, phase: ModelPhase, started: datetime, *, planned: bool
+    ) -> ModelResponse:
+        """Ask the model for the turn's calls; the worker plans them with its answer."""
+        outcome = await self._planning.ask_model(phase, planned=planned)
         if phase.state_in_db:
-            session = outcome.session or SessionState()
-            state.input = state.input.model_copy(update={"session": session})
-            state.adopt_session(session)
             self._started(started)  # the turn's first event, now that the detector is known
         response = outcome.response
         self._trail.emit(
@@ -361,7 +316,7 @@ class TurnWorkflow:
             },
         )
         self._turn_end(started, [], success=True, usage=response.usage, phase="llm")
-        return response, outcome.verdicts
+        return response
 
     async def _finish(self, status: TurnStatus, error: BaseException | None = None) -> None:
         """End the trail: the session's state as the turn leaves it, then the final write."""
@@ -387,7 +342,7 @@ class TurnWorkflow:
     async def _dispatch_batch(self, inp: TurnInput) -> list[ToolDispatchResult]:
         """Answer unknown and malformed calls, dispatch the batch, fill slots in call order."""
         finished = self._state.finished
-        advertised = set(inp.advertised)
+        advertised = set(self._state.advertised)
         slots: list[ToolDispatchResult | None] = [None] * len(inp.calls)
         batch: list[tuple[int, ToolCall, dict[str, Any]]] = []
         seen: set[str] = set()
@@ -436,7 +391,7 @@ class TurnWorkflow:
         slots: list[ToolDispatchResult | None],
     ) -> None:
         """Parallel dispatch (spec §9.3): waves in order, calls of a wave concurrently."""
-        verdicts = inp.verdicts or []
+        verdicts = self._state.plan.verdicts or []
         plan = plan_waves(
             [
                 verdicts[position] if position < len(verdicts) else CallVerdict()
