@@ -25,7 +25,8 @@ from typing import Any, Literal
 from pydantic_core import to_jsonable_python
 from temporalio import activity
 
-from tooltrail.breaker import CircuitBreaker, HealthStore
+from tooltrail.breaker import CircuitBreaker
+from tooltrail.db.health import HealthStore
 from tooltrail.db.store import AuditStore
 from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.hooks import PostToolUseContext, PreToolUseContext, run_post_hooks, run_pre_hooks

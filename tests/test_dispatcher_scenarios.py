@@ -40,6 +40,7 @@ from tooltrail.access import (
     AuthorityScope,
     Principal,
 )
+from tooltrail.db.idempotency import SqlIdempotencyStore
 from tooltrail.db.store import AuditStore
 from tooltrail.dispatcher import DispatchResult, InMemoryAuditLog, ToolDispatcher
 from tooltrail.errors import DuplicateToolError, RegistryFrozenError
@@ -53,7 +54,6 @@ from tooltrail.idempotency import (
     IdempotencyKeyError,
     IdempotencyStoreUnavailable,
     InMemoryIdempotencyStore,
-    SqlIdempotencyStore,
     StoredOutcome,
     derive_key,
 )

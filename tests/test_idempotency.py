@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from tooltrail.db.idempotency import SqlIdempotencyStore
 from tooltrail.db.orm import IdempotencyRecordRow
 from tooltrail.db.store import AuditStore
 from tooltrail.errors import ToolDefinitionError, TooltrailError
@@ -35,7 +36,6 @@ from tooltrail.idempotency import (
     IdempotencyStore,
     IdempotencyStoreUnavailable,
     InMemoryIdempotencyStore,
-    SqlIdempotencyStore,
     StoredOutcome,
     busy_text,
     canonical_snapshot_text,

@@ -22,12 +22,12 @@ from tooltrail.activities import (
 from tooltrail.activities.conversation import ConversationActivities
 from tooltrail.activities.tool_execution import Recorder
 from tooltrail.codec import AesGcmCodec, data_converter
+from tooltrail.db.idempotency import SqlIdempotencyStore
 from tooltrail.db.migrate import check_schema
 from tooltrail.db.store import AuditStore
 from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.errors import ConfigurationError
 from tooltrail.host import Host
-from tooltrail.idempotency import SqlIdempotencyStore
 from tooltrail.middleware import RedactingMiddleware
 from tooltrail.recovery import NoopReflector
 from tooltrail.scratch import ScratchDirs
