@@ -52,6 +52,7 @@ __all__ = [
     "CompleteHook",
     "Completed",
     "Idempotency",
+    "IdempotencyDeclaration",
     "IdempotencyKeyError",
     "IdempotencyRecord",
     "IdempotencyStore",
@@ -195,7 +196,18 @@ class Idempotency:
             )
 
 
-def resolve_idempotency(value: bool | Idempotency | None) -> Idempotency | None:
+IdempotencyDeclaration: TypeAlias = bool | Idempotency | None
+"""What ``@tool(idempotent=...)``, ``@tool_defaults(idempotent=...)`` and
+``ToolDefaults(idempotent=...)`` accept.
+
+``True`` means ``Idempotency()``; ``False`` means not idempotent; a policy is used as given
+(``strategy="none"``: not idempotent); ``None`` declares nothing at this level, so the next
+one decides: a tool's ``None`` inherits its class's ``@tool_defaults``, then its module's
+``TOOLTRAIL_DEFAULTS``, and when nobody declares anything the tool is not idempotent.
+"""
+
+
+def resolve_idempotency(value: IdempotencyDeclaration) -> Idempotency | None:
     """Return the effective policy of a declaration, or ``None`` when the store is not used.
 
     ``True`` means ``Idempotency()``; ``False``, ``None`` (nothing declared anywhere) and a
