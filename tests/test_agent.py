@@ -16,8 +16,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import StackFactory
 from tests.faults.history import intervals, max_overlap
-from tests.llm_server import LLMServer, openai_completion
-from tests.stand_ins import BrokenScratch, SlowModel
+from tests.support.llm_server import LLMServer, openai_completion
+from tests.support.stand_ins import BrokenScratch, SlowModel
 from tooltrail import (
     Host,
     LoopDetected,

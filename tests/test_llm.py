@@ -15,7 +15,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 import tooltrail.llm
-from tests.llm_server import Disconnect, LLMServer, anthropic_message, openai_completion
+from tests.support.llm_server import Disconnect, LLMServer, anthropic_message, openai_completion
 from tooltrail.activities.model import ModelActivities
 from tooltrail.errors import ConfigurationError
 from tooltrail.llm import (

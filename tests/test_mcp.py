@@ -1,4 +1,4 @@
-"""MCP toolsets against a real MCP server process (``tests/mcp_server.py``)."""
+"""MCP toolsets against a real MCP server process (``tests/support/mcp_server.py``)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ import pytest
 from mcp.types import CallToolResult, ImageContent, TextContent
 
 from tests.conftest import StackFactory
-from tests.mcp_server import BROKEN_MESSAGE
+from tests.support.mcp_server import BROKEN_MESSAGE
 from tooltrail import ConfigurationError, Host, ToolCall, ToolRegistry, tool
 from tooltrail.errors import DuplicateToolError, RegistryFrozenError, ToolError
 from tooltrail.mcp import McpServerUnavailable, McpToolset, register_mcp_server, result_value
 from tooltrail.results import ImagePart, TextPart, ToolOutput
 
-SERVER = str(Path(__file__).with_name("mcp_server.py"))
+SERVER = str(Path(__file__).parent / "support" / "mcp_server.py")
 COMMAND = [sys.executable, SERVER]
 
 Toolset = tuple[ToolRegistry, McpToolset]
@@ -264,7 +264,7 @@ def free_port() -> int:
 
 
 class HttpServer:
-    """``tests/mcp_server.py --http`` in a subprocess, restartable on the same port."""
+    """``tests/support/mcp_server.py --http`` in a subprocess, restartable on the same port."""
 
     def __init__(self, log_path: Path) -> None:
         self.port = free_port()

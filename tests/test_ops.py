@@ -10,9 +10,9 @@ from typing import Any
 from temporalio import workflow
 from temporalio.testing import WorkflowEnvironment
 
-from tests.cli_runner import run_cli
 from tests.conftest import StackFactory
-from tests.history_scenarios import HISTORIES
+from tests.support.cli_runner import run_cli
+from tests.support.history_scenarios import HISTORIES
 from tooltrail import Block, Host, PreToolUseContext, ToolCall, tool
 from tooltrail.histories import load_histories, replay_histories
 from tooltrail.wire import TurnInput, TurnOutput

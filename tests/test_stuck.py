@@ -8,8 +8,8 @@ from pathlib import Path
 
 from temporalio.testing import WorkflowEnvironment
 
-from tests.cli_runner import run_cli
 from tests.conftest import StackFactory
+from tests.support.cli_runner import run_cli
 from tooltrail import Host, tool
 
 
