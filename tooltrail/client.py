@@ -29,10 +29,10 @@ from temporalio.exceptions import (
     WorkflowAlreadyStartedError,
 )
 from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
 
 from tooltrail.access import AccessDecision
 from tooltrail.config import RunConfig
-from tooltrail.db.migrate import check_schema, upgrade
 from tooltrail.db.store import AuditStore, TurnSummary
 from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.embedded import DEV_SERVER_ARGS, start_dev_server
@@ -69,7 +69,7 @@ from tooltrail.wire import (
     TurnInput,
     TurnOutput,
 )
-from tooltrail.worker import build_worker, connect_client, settings_client_options
+from tooltrail.worker import build_worker, open_deployment, settings_client_options
 
 __all__ = [
     "AgentHandle",
@@ -615,37 +615,51 @@ async def local(
         server_args: the dev server's own arguments (default: tooltrail's tuning,
             ``DEV_SERVER_ARGS``; ``()`` runs it with Temporal's defaults).
     """
-    wired = Host.coerce(host)
-    url = database_url or wired.database_url or Settings().effective_database_url()
-    await upgrade(url)
-    env = await start_dev_server(
-        port=port,
-        ui=ui,
-        ui_port=ui_port,
-        db_filename=server_db_filename,
-        extra_args=server_args,
-    )
-    # The embedded server's client, with the configured codec and tracing.
-    options = settings_client_options(Settings())
-    options.pop("api_key", None)
-    options.pop("tls", None)
-    client = Client(
-        env.client.service_client,
-        namespace=env.client.namespace,
-        data_converter=options["data_converter"],
-        interceptors=options.get("interceptors", []),
-    )
-    store = AuditStore(url)
-    scratch = ScratchDirs(wired.scratch_base, enabled=wired.managed_scratch)
-    tt = Tooltrail(client, wired, task_queue=task_queue, store=store)
+    servers: list[WorkflowEnvironment] = []
+
+    async def embedded_client(settings: Settings) -> Client:
+        # Started once the database is migrated, so a bad database starts no server.
+        env = await start_dev_server(
+            port=port,
+            ui=ui,
+            ui_port=ui_port,
+            db_filename=server_db_filename,
+            extra_args=server_args,
+        )
+        servers.append(env)
+        # The embedded server's client, with the configured codec and tracing.
+        options = settings_client_options(settings)
+        options.pop("api_key", None)
+        options.pop("tls", None)
+        return Client(
+            env.client.service_client,
+            namespace=env.client.namespace,
+            data_converter=options["data_converter"],
+            interceptors=options.get("interceptors", []),
+        )
+
     try:
-        async with build_worker(client, wired, task_queue=task_queue, store=store, scratch=scratch):
-            yield tt
+        async with open_deployment(
+            host,
+            task_queue=task_queue,
+            database_url=database_url,
+            migrate=True,
+            client=embedded_client,
+        ) as deployment:
+            wired, client, store = deployment.host, deployment.client, deployment.store
+            scratch = ScratchDirs(wired.scratch_base, enabled=wired.managed_scratch)
+            tt = Tooltrail(client, wired, task_queue=task_queue, store=store)
+            try:
+                async with build_worker(
+                    client, wired, task_queue=task_queue, store=store, scratch=scratch
+                ):
+                    yield tt
+            finally:
+                for session_id in tt.sessions:
+                    scratch.remove(session_id)
     finally:
-        for session_id in tt.sessions:
-            scratch.remove(session_id)
-        await store.close()
-        await env.shutdown()
+        for env in servers:
+            await env.shutdown()
 
 
 @contextlib.asynccontextmanager
@@ -664,17 +678,16 @@ async def connect(
     Raises:
         DatabaseSchemaError: the database is not migrated (run ``tooltrail db upgrade``).
     """
-    settings = Settings()
-    wired = Host.coerce(host)
-    url = database_url or wired.database_url or settings.effective_database_url()
-    await check_schema(url)
-    client = await connect_client(
-        temporal_address or settings.temporal_address,
-        namespace=namespace or settings.namespace,
-        **settings_client_options(settings),
-    )
-    store = AuditStore(url)
-    try:
-        yield Tooltrail(client, wired, task_queue=task_queue or settings.task_queue, store=store)
-    finally:
-        await store.close()
+    async with open_deployment(
+        host,
+        temporal_address=temporal_address,
+        namespace=namespace,
+        task_queue=task_queue,
+        database_url=database_url,
+    ) as deployment:
+        yield Tooltrail(
+            deployment.client,
+            deployment.host,
+            task_queue=deployment.task_queue,
+            store=deployment.store,
+        )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +24,7 @@ from tooltrail.activities.conversation import ConversationActivities
 from tooltrail.activities.tool_execution import Recorder
 from tooltrail.codec import AesGcmCodec, data_converter
 from tooltrail.db.idempotency import SqlIdempotencyStore
-from tooltrail.db.migrate import check_schema
+from tooltrail.db.migrate import check_schema, upgrade
 from tooltrail.db.store import AuditStore
 from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.errors import ConfigurationError
@@ -38,7 +39,16 @@ from tooltrail.workflows.agent import AgentRunWorkflow
 from tooltrail.workflows.session import CloseSessionWorkflow
 from tooltrail.workflows.turn import TurnWorkflow
 
-__all__ = ["PURE_MODULES", "build_worker", "connect_client", "sandbox_runner", "worker"]
+__all__ = [
+    "PURE_MODULES",
+    "ClientFactory",
+    "Deployment",
+    "build_worker",
+    "connect_client",
+    "open_deployment",
+    "sandbox_runner",
+    "worker",
+]
 
 # What the sandbox shares with the worker instead of re-importing it for every workflow run:
 # pydantic (expensive to import) and tooltrail's pure modules, exactly those that workflow
@@ -199,6 +209,87 @@ async def connect_client(
         ) from exc
 
 
+ClientFactory = Callable[[Settings], Awaitable[Client]]
+"""Makes a deployment's Temporal client from the settings (``open_deployment(client=...)``)."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What a client or a worker of one deployment runs on (see ``open_deployment``)."""
+
+    settings: Settings
+    """The settings every default came from."""
+    host: Host
+    """The host wiring."""
+    client: Client
+    """The Temporal client, with the settings' converter, TLS or API key, and tracing."""
+    store: AuditStore
+    """The audit database, at the migrations' head."""
+    task_queue: str
+    """The task queue of the deployment's turns."""
+
+
+@contextlib.asynccontextmanager
+async def open_deployment(
+    host: Host | ToolRegistry | list[Tool],
+    *,
+    temporal_address: str | None = None,
+    namespace: str | None = None,
+    task_queue: str | None = None,
+    database_url: str | None = None,
+    migrate: bool = False,
+    client: ClientFactory | None = None,
+) -> AsyncIterator[Deployment]:
+    """Open what ``connect``, ``local`` and ``worker`` run on; close the store on exit.
+
+    In this order: the settings (``TOOLTRAIL_*`` environment variables, ``.env``); the
+    database URL (``database_url``, else the host's, else the settings'); the schema (checked
+    to be at the migrations' head, or migrated with ``migrate=True``), so a bad database
+    fails before anything connects; the Temporal client; the audit store.
+
+    Args:
+        host: the host wiring (or a registry, or a list of tools).
+        temporal_address: the Temporal frontend (default: the settings').
+        namespace: the Temporal namespace (default: the settings').
+        task_queue: the task queue (default: the settings').
+        database_url: the audit database (default: the host's, else the settings').
+        migrate: upgrade the database to the migrations' head instead of checking it.
+        client: makes the client instead of connecting to ``temporal_address`` (the
+            embedded server's client, say); gets the settings.
+
+    Raises:
+        DatabaseSchemaError: the database is not at the migrations' head (and not
+            ``migrate``).
+        ConfigurationError: Temporal cannot be reached.
+    """
+    settings = Settings()
+    wired = Host.coerce(host)
+    url = database_url or wired.database_url or settings.effective_database_url()
+    if migrate:
+        await upgrade(url)
+    else:
+        await check_schema(url)
+    if client is None:
+        temporal = await connect_client(
+            temporal_address or settings.temporal_address,
+            namespace=namespace or settings.namespace,
+            **settings_client_options(settings),
+        )
+    else:
+        temporal = await client(settings)
+    store = AuditStore(url)
+    try:
+        yield Deployment(
+            settings=settings,
+            host=wired,
+            client=temporal,
+            store=store,
+            task_queue=task_queue or settings.task_queue,
+        )
+    finally:
+        await store.close()
+
+
 @contextlib.asynccontextmanager
 async def worker(
     host: Host | ToolRegistry | list[Tool],
@@ -218,25 +309,19 @@ async def worker(
     Raises:
         DatabaseSchemaError: the database is not at the migrations' head.
     """
-    settings = Settings()
-    wired = Host.coerce(host)
-    url = database_url or wired.database_url or settings.effective_database_url()
-    await check_schema(url)
-    client = await connect_client(
-        temporal_address or settings.temporal_address,
-        namespace=namespace or settings.namespace,
-        **settings_client_options(settings),
-    )
-    store = AuditStore(url)
-    try:
+    async with open_deployment(
+        host,
+        temporal_address=temporal_address,
+        namespace=namespace,
+        task_queue=task_queue,
+        database_url=database_url,
+    ) as deployment:
         running = build_worker(
-            client,
-            wired,
-            task_queue=task_queue or settings.task_queue,
-            store=store,
+            deployment.client,
+            deployment.host,
+            task_queue=deployment.task_queue,
+            store=deployment.store,
             graceful_shutdown_timeout=graceful_shutdown,
         )
         async with running:
             yield running
-    finally:
-        await store.close()
