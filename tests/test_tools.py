@@ -103,7 +103,9 @@ def test_idempotent_takes_a_bool_a_policy_or_none():
     declaration = bool | Idempotency | None
     assert typing.get_type_hints(tool)["idempotent"] == declaration
     assert typing.get_type_hints(Tool.__init__)["idempotent"] == declaration
-    assert typing.get_type_hints(Tool.idempotent.fget)["return"] == bool | Idempotency
+    read_back = vars(Tool)["idempotent"]
+    assert isinstance(read_back, property)
+    assert typing.get_type_hints(read_back.fget)["return"] == bool | Idempotency
 
     @tool_defaults(idempotent=Idempotency(ttl_seconds=5))
     class Kit:
