@@ -156,6 +156,9 @@ class Settings(BaseSettings):
     """Audit database URL; ``None`` means the embedded SQLite file under ``data_dir``."""
     data_dir: Path = Field(default_factory=default_data_dir)
     """Directory of the embedded SQLite file and the embedded server's state."""
+    embedded_startup_timeout_s: float = Field(default=60.0, gt=0)
+    """How long the embedded Temporal dev server may take to start (``tooltrail.local``,
+    ``demo``, ``dev``, ``run``); it starts in about a second on an idle machine."""
 
     # -- Temporal connection security ------------------------------------------------------
     temporal_tls: bool = False
