@@ -139,6 +139,29 @@ def _database_url(option: str | None) -> str:
     return option or Settings().effective_database_url()
 
 
+def _shown_url(url: str) -> str:
+    """A database URL as the terminal may show it: without its password."""
+    from tooltrail.settings import mask_url
+
+    return mask_url(url)
+
+
+def _run_with_telemetry(coro: Awaitable[T]) -> T:
+    """``_run`` for commands that run a worker: OpenTelemetry from ``OTEL_*`` while it runs.
+
+    The providers are shut down (flushed) before the command exits: ``main`` leaves with
+    ``os._exit``, so the SDK's own exit hook would never run.
+    """
+    from tooltrail.telemetry import ensure_configured
+
+    telemetry = ensure_configured()
+    try:
+        return _run(coro)
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()
+
+
 @app.command()
 def demo(
     database_url: DatabaseOption = None,
@@ -194,12 +217,14 @@ def demo(
             console.print(
                 f"Each turn's audit trail: tooltrail audit show {run.turns[0]}", soft_wrap=True
             )
+            shown = _shown_url(url)
             console.print(
-                f"\nAudit database: {url}\n"
+                f"\nAudit database: {shown}\n"
                 f"Temporal UI: http://127.0.0.1:{ui_port}/namespaces/default/workflows/"
                 f"{turn.turn_id}\n"
-                f"Show this turn again: tooltrail audit show {turn.turn_id} --database-url {url}",
+                f"Show this turn again: tooltrail audit show {turn.turn_id} --database-url {shown}",
                 soft_wrap=True,
+                highlight=False,
             )
             if keep_open:
                 console.print("The server and UI stay up; press Ctrl-C to stop.")
@@ -207,7 +232,7 @@ def demo(
             else:
                 console.print("(the embedded server stops now; add --keep-open to browse the UI)")
 
-    _run(go())
+    _run_with_telemetry(go())
 
 
 @app.command("run")
@@ -261,7 +286,7 @@ def run_agent_command(
             )
             return result
 
-    result = _run(go())
+    result = _run_with_telemetry(go())
     if json_output:
         print_json(console, result.model_dump(mode="json"))
     else:
@@ -304,11 +329,12 @@ def dev(
             console.print(
                 f"Temporal: 127.0.0.1:{port}   UI: http://127.0.0.1:{ui_port}\n"
                 f"Task queue: {task_queue}   Tools: {', '.join(host.registry.names())}\n"
-                f"Audit database: {url}\nPress Ctrl-C to stop."
+                f"Audit database: {_shown_url(url)}\nPress Ctrl-C to stop.",
+                highlight=False,
             )
             await _until_stopped()
 
-    _run(go())
+    _run_with_telemetry(go())
 
 
 @app.command()
@@ -325,9 +351,6 @@ def worker(
     import tooltrail
 
     host = load_host(tools)
-    from tooltrail.telemetry import configure_from_env
-
-    telemetry = configure_from_env()
 
     async def go() -> None:
         async with tooltrail.worker(
@@ -345,11 +368,7 @@ def worker(
             )
             await _until_stopped(running)
 
-    try:
-        _run(go())
-    finally:
-        if telemetry is not None:
-            telemetry.shutdown()
+    _run_with_telemetry(go())
 
 
 def _parse_time(value: str | None) -> datetime | None:

@@ -50,6 +50,7 @@ from tooltrail.replays import RerunReport, compare, load_turn
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
+from tooltrail.telemetry import ensure_configured
 from tooltrail.text import nesting_exceeds
 from tooltrail.tools import Tool, ToolRegistry
 from tooltrail.wire import (
@@ -616,17 +617,22 @@ async def local(
             ``DEV_SERVER_ARGS``; ``()`` runs it with Temporal's defaults).
     """
     wired = Host.coerce(host)
-    url = database_url or wired.database_url or Settings().effective_database_url()
+    settings = Settings()
+    url = database_url or wired.database_url or settings.effective_database_url()
     await upgrade(url)
+    # A worker runs here: its spans go to the OTEL_* exporters (unless the application
+    # installed a tracer provider of its own).
+    telemetry = ensure_configured(settings)
     env = await start_dev_server(
         port=port,
         ui=ui,
         ui_port=ui_port,
         db_filename=server_db_filename,
         extra_args=server_args,
+        startup_timeout_s=settings.embedded_startup_timeout_s,
     )
     # The embedded server's client, with the configured codec and tracing.
-    options = settings_client_options(Settings())
+    options = settings_client_options(settings)
     options.pop("api_key", None)
     options.pop("tls", None)
     client = Client(
@@ -646,6 +652,8 @@ async def local(
             scratch.remove(session_id)
         await store.close()
         await env.shutdown()
+        if telemetry is not None:
+            telemetry.flush()  # the providers are global: flushed, not shut down
 
 
 @contextlib.asynccontextmanager
