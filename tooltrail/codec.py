@@ -50,6 +50,7 @@ from temporalio.converter import (
 )
 
 from tooltrail.errors import ConfigurationError, TooltrailError
+from tooltrail.settings import Settings
 
 __all__ = [
     "ENCODING",
@@ -58,6 +59,7 @@ __all__ = [
     "VERSION_METADATA",
     "AesGcmCodec",
     "PayloadDecryptionError",
+    "codec_from_settings",
     "data_converter",
     "generate_key",
 ]
@@ -350,6 +352,17 @@ def _decode_key(encoded: str, where: str) -> bytes:
             f"{where}: the key decodes to {len(key)} bytes; AES-256-GCM needs exactly {KEY_BYTES}"
         )
     return key
+
+
+def codec_from_settings(settings: Settings) -> AesGcmCodec | None:
+    """Return the codec of the settings' keys, or ``None`` when none are configured.
+
+    ``TOOLTRAIL_CODEC_KEYS`` lists the keys; ``TOOLTRAIL_CODEC_KEY_ID`` (default: the first)
+    encrypts new payloads.
+    """
+    if settings.codec_keys is None:
+        return None
+    return AesGcmCodec(settings.codec_key_ring(), settings.active_codec_key_id() or "")
 
 
 def data_converter(
