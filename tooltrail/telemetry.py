@@ -293,8 +293,9 @@ def tool_span(
 ) -> Iterator[ToolSpan]:
     """Open the ``execute_tool {tool_name}`` span around one attempt (current while it runs).
 
-    An exception leaving the block (an infrastructure failure) is recorded on the span with
-    status ERROR; a soft error is recorded by ``ToolSpan.finish``.
+    An exception leaving the block (an infrastructure failure) sets status ERROR and
+    ``error.type`` (its class; never its text); a soft error is recorded by
+    ``ToolSpan.finish``.
 
     Args:
         tool_name: the tool the model asked for.
@@ -318,10 +319,33 @@ def tool_span(
         attributes[GEN_AI_CONVERSATION_ID] = session_id
     if turn_id:
         attributes["tooltrail.turn.id"] = turn_id
-    with _TRACER.start_as_current_span(
-        f"execute_tool {tool_name}", kind=SpanKind.INTERNAL, attributes=attributes
-    ) as span:
+    with (
+        _TRACER.start_as_current_span(
+            f"execute_tool {tool_name}",
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span,
+        _failure_recorded(span),
+    ):
         yield ToolSpan(span, tool_name)
+
+
+@contextlib.contextmanager
+def _failure_recorded(span: Span) -> Iterator[None]:
+    """Mark the span failed by an exception, by its type only.
+
+    Not ``record_exception``: an exception's text (a database error's, say) may quote the
+    data it was handling, and spans leave for a collector that is not the audit database.
+    """
+    try:
+        yield
+    except BaseException as exc:
+        kind = type(exc).__qualname__
+        span.set_attribute(ERROR_TYPE, kind)
+        span.set_status(Status(StatusCode.ERROR, kind))
+        raise
 
 
 _PROVIDERS = {"OpenAIChatClient": "openai", "AnthropicMessagesClient": "anthropic"}
@@ -388,9 +412,16 @@ def chat_span(
         GEN_AI_CONVERSATION_ID: session_id,
     }
     attributes.update({key: value for key, value in optional.items() if value is not None})
-    with _TRACER.start_as_current_span(
-        f"chat {name}" if name else "chat", kind=SpanKind.CLIENT, attributes=attributes
-    ) as span:
+    with (
+        _TRACER.start_as_current_span(
+            f"chat {name}" if name else "chat",
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span,
+        _failure_recorded(span),
+    ):
         yield ChatSpan(span)
 
 

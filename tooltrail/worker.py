@@ -26,6 +26,7 @@ from tooltrail.db.migrate import check_schema
 from tooltrail.db.store import AuditStore
 from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.errors import ConfigurationError
+from tooltrail.failures import CleanDatabaseErrors
 from tooltrail.host import Host
 from tooltrail.idempotency import SqlIdempotencyStore
 from tooltrail.middleware import RedactingMiddleware
@@ -148,6 +149,8 @@ def build_worker(
             *extra_activities,
         ],
         workflow_runner=sandbox_runner(strict=strict_sandbox),
+        # Database errors leave activities without the data they were writing.
+        interceptors=[CleanDatabaseErrors(), *worker_options.pop("interceptors", ())],
         **worker_options,
     )
 
