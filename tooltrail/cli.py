@@ -371,6 +371,35 @@ def worker(
     _run_with_telemetry(go())
 
 
+@app.command("codec-server")
+def codec_server(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8081,
+    origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--origin",
+            help="Browser origin (the Temporal UI's) allowed to call it; repeatable "
+            "(default: TOOLTRAIL_CODEC_SERVER_ORIGINS).",
+        ),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="PEM certificate: serve HTTPS (with --tls-key).")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert.")] = None,
+) -> None:
+    """Decode encrypted payloads for the Temporal UI and CLI (Temporal's remote codec).
+
+    Needs TOOLTRAIL_CODEC_KEYS and a bearer token, TOOLTRAIL_CODEC_SERVER_TOKEN (never a
+    command-line option: a process's arguments are visible to every user of the machine).
+    """
+    from tooltrail.codec_server import serve
+
+    _run(
+        serve(Settings(), host=host, port=port, origins=origin, tls_cert=tls_cert, tls_key=tls_key)
+    )
+
+
 def _parse_time(value: str | None) -> datetime | None:
     if value is None:
         return None
