@@ -171,6 +171,8 @@ def demo(
     json_output: JsonOption = False,
 ) -> None:
     """Run a scripted agent turn on the embedded Temporal server and show its audit trail."""
+    import uuid
+
     import tooltrail
     from tooltrail.demo import SCRIPTED_TURN, host, scripted_agent_model
 
@@ -182,11 +184,14 @@ def demo(
         if not json_output:
             console.print("[bold]Starting the embedded Temporal dev server and a worker...[/]")
         async with tooltrail.local(agent_host, database_url=url, ui=True, ui_port=ui_port) as tt:
-            turn = await tt.run_turn(SCRIPTED_TURN, session_id="demo-session")
+            # Fresh sessions: the demo's database persists, and a session's loop window with
+            # it; the same scripted calls in one session would be stopped from the 11th run.
+            suffix = uuid.uuid4().hex[:8]
+            turn = await tt.run_turn(SCRIPTED_TURN, session_id=f"demo-{suffix}")
             events = await tt.audit(turn.turn_id)
             run = await tt.run_agent(
                 "Note a fact, do some arithmetic, check the weather, then sum it up.",
-                session_id="demo-agent",
+                session_id=f"demo-agent-{suffix}",
                 system="You are a careful assistant.",
             )
             conversation = await tt.conversation(run.run_id)
