@@ -29,7 +29,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.cli_runner import ROOT, TOOLTRAIL, env_for, run_cli
 from tooltrail import ConfigurationError, Host, ToolCall, Tooltrail, tool
 from tooltrail.codec import ENCODING, AesGcmCodec, generate_key
-from tooltrail.codec_server import ALLOWED_HEADERS, build_app
+from tooltrail.codec_server import ALLOWED_HEADERS, COOKIE, build_app
 from tooltrail.db.store import AuditStore
 from tooltrail.embedded import find_binary
 from tooltrail.scratch import ScratchDirs
@@ -156,6 +156,29 @@ async def test_bad_requests_say_what_is_wrong(http: httpx.AsyncClient) -> None:
     assert "unknown encryption key id 'other'" in unknown.json()["error"]
     assert (await http.get("/decode", headers=BEARER)).status_code == 405
     assert (await http.post("/elsewhere", headers=BEARER)).status_code == 404
+
+
+async def test_a_browser_signs_in_once_and_then_decodes_with_the_cookie(
+    http: httpx.AsyncClient,
+) -> None:
+    sealed = as_json(await AesGcmCodec.from_setting(KEYS).encode(PLAIN))
+    form = await http.get("/login")
+    assert form.status_code == 200 and 'name="token"' in form.text
+    wrong = await http.post("/login", data={"token": "x" * 20})
+    assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
+    assert (await http.post("/decode", json=sealed)).status_code == 401
+
+    signed_in = await http.post("/login", data={"token": TOKEN})
+    assert signed_in.status_code == 200
+    cookie = signed_in.headers["set-cookie"]
+    assert cookie.startswith(f"{COOKIE}=") and "HttpOnly" in cookie
+    assert "SameSite=strict" in cookie and "Max-Age=43200" in cookie
+    # The UI's request, with "include cross-origin credentials": no Authorization header.
+    decoded = await http.post("/decode", json=sealed, headers={"Origin": UI})
+    assert decoded.status_code == 200 and from_json(decoded.json()) == PLAIN
+
+    http.cookies.set(COOKIE, TOKEN + "x")
+    assert (await http.post("/decode", json=sealed)).status_code == 401
 
 
 def test_a_short_token_is_refused() -> None:

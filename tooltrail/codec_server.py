@@ -12,8 +12,11 @@ of ``temporal.api.common.v1.Payloads`` (metadata values and data in base64), ans
 same form. The browser calls it cross-origin, so the server answers CORS preflights for the
 configured UI origins, allowing the headers the UI sends (``Content-Type``,
 ``Authorization``, ``X-Namespace``). Every ``POST`` needs ``Authorization: Bearer <token>``
-(``TOOLTRAIL_CODEC_SERVER_TOKEN``; the server refuses to start without one); preflights
-carry no credentials by the CORS rules, so they need none and reveal nothing.
+(``TOOLTRAIL_CODEC_SERVER_TOKEN``; the server refuses to start without one), or the same
+token in the cookie that ``/login`` sets for a browser: the Temporal UI sends an
+``Authorization`` header only with its own OIDC access token, but with "include cross-origin
+credentials" it sends the codec server's cookies. Preflights carry no credentials by the
+CORS rules, so they need none and reveal nothing.
 
 Built on Starlette and uvicorn (both already installed with tooltrail, as MCP's HTTP
 transport uses them): uvicorn brings a hardened HTTP/1.1 parser and TLS (``--tls-cert`` /
@@ -31,11 +34,12 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 from google.protobuf import json_format
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from temporalio.api.common.v1 import Payloads
 from temporalio.converter import PayloadCodec
@@ -46,6 +50,7 @@ from tooltrail.settings import Settings
 
 __all__ = [
     "ALLOWED_HEADERS",
+    "COOKIE",
     "DEFAULT_PORT",
     "MAX_BODY_BYTES",
     "MIN_TOKEN_LENGTH",
@@ -61,6 +66,10 @@ ALLOWED_HEADERS = "Content-Type, Authorization, X-Namespace"
 """What the Temporal UI sends with a codec request (its preflight asks for these)."""
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """The largest request body accepted: a history page of payloads of up to 2 MiB each."""
+COOKIE = "tooltrail_codec_token"
+"""The cookie ``/login`` sets: the token, for browsers (the Temporal UI; see ``_login``)."""
+COOKIE_MAX_AGE_S = 12 * 3600
+"""How long a browser stays signed in."""
 MIN_TOKEN_LENGTH = 16
 """The shortest bearer token accepted (``secrets.token_urlsafe(32)`` makes 43 characters)."""
 
@@ -91,7 +100,7 @@ def build_app(codec: PayloadCodec, *, token: str, origins: Sequence[str]) -> Sta
 
     Args:
         codec: the payload codec (``AesGcmCodec``).
-        token: the bearer token every ``POST`` must carry.
+        token: the bearer token every ``POST`` must carry (or the cookie of ``/login``).
         origins: the browser origins allowed to call it (the Temporal UI's, e.g.
             ``http://localhost:8233``); ``*`` allows any.
 
@@ -104,6 +113,7 @@ def build_app(codec: PayloadCodec, *, token: str, origins: Sequence[str]) -> Sta
             "(make one with `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
         )
     expected = f"Bearer {token}".encode()
+    raw = token.encode()
     allowed = {origin.rstrip("/") for origin in origins}
 
     def cors(request: Request) -> dict[str, str]:
@@ -131,7 +141,8 @@ def build_app(codec: PayloadCodec, *, token: str, origins: Sequence[str]) -> Sta
     async def handle(request: Request, *, decode: bool) -> Response:
         headers = cors(request)
         given = request.headers.get("authorization", "").encode()
-        if not hmac.compare_digest(given, expected):
+        cookie = request.cookies.get(COOKIE, "").encode()
+        if not (hmac.compare_digest(given, expected) or hmac.compare_digest(cookie, raw)):
             return _problem(
                 401, "a bearer token is required", headers | {"WWW-Authenticate": "Bearer"}
             )
@@ -157,12 +168,62 @@ def build_app(codec: PayloadCodec, *, token: str, origins: Sequence[str]) -> Sta
             return await preflight(request)
         return await handle(request, decode=True)
 
+    async def login(request: Request) -> Response:
+        return await _login(request, raw)
+
     return Starlette(
         routes=[
             Route("/encode", encode, methods=["POST", "OPTIONS"]),
             Route("/decode", decode, methods=["POST", "OPTIONS"]),
+            Route("/login", login, methods=["GET", "POST"]),
         ]
     )
+
+
+_LOGIN_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>tooltrail codec server</title></head>
+<body style="font-family: sans-serif; max-width: 40em; margin: 3em auto">
+<h1>tooltrail codec server</h1>
+<p>{message}</p>
+<form method="post" action="login">
+<label>Token <input type="password" name="token" autocomplete="off" size="48"></label>
+<button type="submit">Sign in</button>
+</form>
+<p>This browser then sends the token as a cookie to the codec server: turn on
+<em>Include cross-origin credentials</em> in the Temporal UI's codec server settings
+(<code>TEMPORAL_CODEC_INCLUDE_CREDENTIALS=true</code>).</p>
+</body></html>
+"""
+
+
+async def _login(request: Request, token: bytes) -> Response:
+    """Sign a browser in: the token, checked, is kept in an HttpOnly cookie for 12 hours.
+
+    For the Temporal UI, which sends an ``Authorization`` header only with its own OIDC
+    access token: with "include cross-origin credentials" on, its codec requests carry the
+    cookie. ``SameSite=Strict``: the UI's origin and the codec server's must be the same
+    site (the same host name; ports may differ), and no other site's page can use it.
+    """
+    page = "Paste the codec server's token to decode payloads in this browser."
+    if request.method == "GET":
+        return HTMLResponse(_LOGIN_PAGE.format(message=page))
+    body = await request.body()
+    fields = parse_qs(body.decode("utf-8", "replace")) if len(body) < 4096 else {}
+    given = (fields.get("token") or [""])[0].strip().encode()
+    if not hmac.compare_digest(given, token):
+        return HTMLResponse(_LOGIN_PAGE.format(message="That is not the token."), 401)
+    response = HTMLResponse(
+        _LOGIN_PAGE.format(message="Signed in: reload the Temporal UI."), status_code=200
+    )
+    response.set_cookie(
+        COOKIE,
+        given.decode(),
+        max_age=COOKIE_MAX_AGE_S,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
 
 
 async def serve(
