@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import sys
 import sysconfig
@@ -96,7 +95,6 @@ _KEPT_VARIABLES = frozenset(
         "LOCALAPPDATA",
     }
 )
-_SHUTDOWN_GRACE_S = 5.0
 _OUTPUT_TAIL_LINES = 5
 _OUTPUT_TAIL_CHARS = 3000
 
@@ -169,7 +167,6 @@ class EmbeddedServer(WorkflowEnvironment):
         output: Path,
         *,
         ui_port: int | None,
-        graceful: bool = False,
     ) -> None:
         """Wrap a started server (use ``start_dev_server``).
 
@@ -178,11 +175,9 @@ class EmbeddedServer(WorkflowEnvironment):
             process: the server process.
             output: the file the server writes its output to (removed on shutdown).
             ui_port: the UI's port, or ``None`` without the UI.
-            graceful: stop it with SIGTERM first (it has state to save).
         """
         super().__init__(client)
         self._process = process
-        self._graceful = graceful
         self.output = output
         """Where the server's own output goes while it runs."""
         self.ui_port = ui_port
@@ -194,25 +189,20 @@ class EmbeddedServer(WorkflowEnvironment):
         return self._process.pid
 
     async def shutdown(self) -> None:
-        """Stop the server and wait for it to exit.
+        """Stop the server at once (SIGKILL, as the SDK's own start_local does) and wait.
 
-        A server with a database file gets SIGTERM (and SIGKILL after a grace period) so its
-        SQLite file is closed cleanly; an in-memory one has nothing to save and is killed.
+        Nothing is lost by not asking politely: an in-memory server has nothing to keep, and
+        the SQLite file of a persistent one is crash-safe. Fault tests rely on the server
+        going away the moment this is called.
         """
-        await _stop(self._process, graceful=self._graceful)
+        await _kill(self._process)
         _discard(self.output)
 
 
-async def _stop(process: asyncio.subprocess.Process, *, graceful: bool) -> None:
-    if process.returncode is not None:
-        return
-    if graceful:
+async def _kill(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
         with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(process.wait(), timeout=_SHUTDOWN_GRACE_S)
-    with contextlib.suppress(ProcessLookupError):
-        process.kill()
+            process.kill()
     await process.wait()
 
 
@@ -332,7 +322,7 @@ async def start_dev_server(
     try:
         client = await _wait_until_serving(process, target, namespace, startup_timeout_s)
     except BaseException as exc:
-        await _stop(process, graceful=False)
+        await _kill(process)
         if not isinstance(exc, _StartFailed):
             _discard(output)
             raise
@@ -344,13 +334,7 @@ async def start_dev_server(
     # The same client the SDK's start_local gives (AssertionError in workflow code fails the
     # workflow instead of retrying its task forever), so tests see the same behaviour.
     wrapped = WorkflowEnvironment.from_client(client).client
-    return EmbeddedServer(
-        wrapped,
-        process,
-        output,
-        ui_port=ui_port if ui else None,
-        graceful=db_filename is not None,
-    )
+    return EmbeddedServer(wrapped, process, output, ui_port=ui_port if ui else None)
 
 
 async def start_time_skipping_server() -> WorkflowEnvironment:
