@@ -27,6 +27,7 @@ from tooltrail.llm.errors import to_application_error
 from tooltrail.llm.messages import ModelClient, ModelRequest, ModelResponse
 from tooltrail.planner import CallVerdict
 from tooltrail.results import Part, ToolCall
+from tooltrail.telemetry import chat_span
 from tooltrail.text import render_text
 from tooltrail.wire import MODEL_TURN, ModelTurnOutcome, ModelTurnRequest
 
@@ -105,8 +106,21 @@ class ConversationActivities:
             max_tokens=phase.settings.max_tokens,
         )
         try:
-            async with heartbeating(at_once=False):
-                response = await self.client.complete(request)
+            with chat_span(
+                self.client,
+                model=request.model,
+                temperature=request.temperature,
+                max_tokens=request.max_tokens,
+                session_id=inp.session_id,
+            ) as span:
+                async with heartbeating(at_once=False):
+                    response = await self.client.complete(request)
+                span.finish(
+                    input_tokens=response.usage.input_tokens,
+                    output_tokens=response.usage.output_tokens,
+                    finish_reason=response.stop_reason,
+                    response_id=response.raw_id,
+                )
         except Exception as exc:
             raise to_application_error(exc) from exc
         async with self.recorder.store.sessions.begin() as session:

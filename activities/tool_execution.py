@@ -41,7 +41,7 @@ from tooltrail.middleware import (
 )
 from tooltrail.observers import deliver
 from tooltrail.scratch import ScratchDirs
-from tooltrail.telemetry import record_breaker_state, record_call, record_retry
+from tooltrail.telemetry import record_breaker_state, record_call, record_retry, tool_span
 from tooltrail.text import MEMORY_FIELD_LIMIT, not_found, render_text, stable_hash
 from tooltrail.tools import ArgumentsRejected, ToolContext, ToolRegistry
 from tooltrail.wire import TOOL_EXECUTE, AttemptOutcome, ExecuteAttempt, Flush, pack_dispatch
@@ -207,9 +207,27 @@ class ToolActivities:
         if not inp.turn_id:
             # The workflow leaves its own id out (every byte of the input is history).
             inp.turn_id = activity.info().workflow_id or ""
-        # Every log line of this attempt names the turn, the call and the attempt.
-        with call_context(inp.turn_id, inp.tool_call_id, inp.attempt):
+        # Every log line of this attempt names the turn, the call and the attempt; a real
+        # attempt (one that may run the tool) has its own span, named after the tool.
+        with (
+            call_context(inp.turn_id, inp.tool_call_id, inp.attempt),
+            tool_span(
+                inp.tool_name,
+                tool_call_id=inp.tool_call_id,
+                session_id=inp.session_id,
+                turn_id=inp.turn_id,
+                attempt=inp.attempt,
+                enabled=not (inp.hooks_only or inp.shadow),
+            ) as span,
+        ):
             outcome = await self._execute(inp)
+            span.finish(
+                is_error=outcome.is_error,
+                resolved_tool_name=outcome.resolved_tool_name,
+                refused_by="breaker"
+                if outcome.breaker_refused
+                else ("hook" if outcome.hook is not None else None),
+            )
         if not (inp.hooks_only or inp.shadow):
             if inp.attempt > 0:
                 record_retry(inp.tool_name)

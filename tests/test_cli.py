@@ -43,6 +43,7 @@ def run(args: list[str], tmp_path: Path, timeout: float = 120) -> subprocess.Com
         ["rerun"],
         ["history", "export"],
         ["approve"],
+        ["codec-server"],
     ],
 )
 def test_every_command_has_help(tmp_path: Path, command: list[str]) -> None:

@@ -139,6 +139,29 @@ def _database_url(option: str | None) -> str:
     return option or Settings().effective_database_url()
 
 
+def _shown_url(url: str) -> str:
+    """A database URL as the terminal may show it: without its password."""
+    from tooltrail.settings import mask_url
+
+    return mask_url(url)
+
+
+def _run_with_telemetry(coro: Awaitable[T]) -> T:
+    """``_run`` for commands that run a worker: OpenTelemetry from ``OTEL_*`` while it runs.
+
+    The providers are shut down (flushed) before the command exits: ``main`` leaves with
+    ``os._exit``, so the SDK's own exit hook would never run.
+    """
+    from tooltrail.telemetry import ensure_configured
+
+    telemetry = ensure_configured()
+    try:
+        return _run(coro)
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()
+
+
 @app.command()
 def demo(
     database_url: DatabaseOption = None,
@@ -148,6 +171,8 @@ def demo(
     json_output: JsonOption = False,
 ) -> None:
     """Run a scripted agent turn on the embedded Temporal server and show its audit trail."""
+    import uuid
+
     import tooltrail
     from tooltrail.demo import SCRIPTED_TURN, host, scripted_agent_model
 
@@ -159,11 +184,14 @@ def demo(
         if not json_output:
             console.print("[bold]Starting the embedded Temporal dev server and a worker...[/]")
         async with tooltrail.local(agent_host, database_url=url, ui=True, ui_port=ui_port) as tt:
-            turn = await tt.run_turn(SCRIPTED_TURN, session_id="demo-session")
+            # Fresh sessions: the demo's database persists, and a session's loop window with
+            # it; the same scripted calls in one session would be stopped from the 11th run.
+            suffix = uuid.uuid4().hex[:8]
+            turn = await tt.run_turn(SCRIPTED_TURN, session_id=f"demo-{suffix}")
             events = await tt.audit(turn.turn_id)
             run = await tt.run_agent(
                 "Note a fact, do some arithmetic, check the weather, then sum it up.",
-                session_id="demo-agent",
+                session_id=f"demo-agent-{suffix}",
                 system="You are a careful assistant.",
             )
             conversation = await tt.conversation(run.run_id)
@@ -194,12 +222,14 @@ def demo(
             console.print(
                 f"Each turn's audit trail: tooltrail audit show {run.turns[0]}", soft_wrap=True
             )
+            shown = _shown_url(url)
             console.print(
-                f"\nAudit database: {url}\n"
+                f"\nAudit database: {shown}\n"
                 f"Temporal UI: http://127.0.0.1:{ui_port}/namespaces/default/workflows/"
                 f"{turn.turn_id}\n"
-                f"Show this turn again: tooltrail audit show {turn.turn_id} --database-url {url}",
+                f"Show this turn again: tooltrail audit show {turn.turn_id} --database-url {shown}",
                 soft_wrap=True,
+                highlight=False,
             )
             if keep_open:
                 console.print("The server and UI stay up; press Ctrl-C to stop.")
@@ -207,7 +237,7 @@ def demo(
             else:
                 console.print("(the embedded server stops now; add --keep-open to browse the UI)")
 
-    _run(go())
+    _run_with_telemetry(go())
 
 
 @app.command("run")
@@ -261,7 +291,7 @@ def run_agent_command(
             )
             return result
 
-    result = _run(go())
+    result = _run_with_telemetry(go())
     if json_output:
         print_json(console, result.model_dump(mode="json"))
     else:
@@ -304,11 +334,12 @@ def dev(
             console.print(
                 f"Temporal: 127.0.0.1:{port}   UI: http://127.0.0.1:{ui_port}\n"
                 f"Task queue: {task_queue}   Tools: {', '.join(host.registry.names())}\n"
-                f"Audit database: {url}\nPress Ctrl-C to stop."
+                f"Audit database: {_shown_url(url)}\nPress Ctrl-C to stop.",
+                highlight=False,
             )
             await _until_stopped()
 
-    _run(go())
+    _run_with_telemetry(go())
 
 
 @app.command()
@@ -325,9 +356,6 @@ def worker(
     import tooltrail
 
     host = load_host(tools)
-    from tooltrail.telemetry import configure_from_env
-
-    telemetry = configure_from_env()
 
     async def go() -> None:
         async with tooltrail.worker(
@@ -345,11 +373,36 @@ def worker(
             )
             await _until_stopped(running)
 
-    try:
-        _run(go())
-    finally:
-        if telemetry is not None:
-            telemetry.shutdown()
+    _run_with_telemetry(go())
+
+
+@app.command("codec-server")
+def codec_server(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8081,
+    origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--origin",
+            help="Browser origin (the Temporal UI's) allowed to call it; repeatable "
+            "(default: TOOLTRAIL_CODEC_SERVER_ORIGINS).",
+        ),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="PEM certificate: serve HTTPS (with --tls-key).")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert.")] = None,
+) -> None:
+    """Decode encrypted payloads for the Temporal UI and CLI (Temporal's remote codec).
+
+    Needs TOOLTRAIL_CODEC_KEYS and a bearer token, TOOLTRAIL_CODEC_SERVER_TOKEN (never a
+    command-line option: a process's arguments are visible to every user of the machine).
+    """
+    from tooltrail.codec_server import serve
+
+    _run(
+        serve(Settings(), host=host, port=port, origins=origin, tls_cert=tls_cert, tls_key=tls_key)
+    )
 
 
 def _parse_time(value: str | None) -> datetime | None:

@@ -50,6 +50,7 @@ from tooltrail.replays import RerunReport, compare, load_turn
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
+from tooltrail.telemetry import ensure_configured
 from tooltrail.text import nesting_exceeds
 from tooltrail.tools import Tool, ToolRegistry
 from tooltrail.wire import (
@@ -616,15 +617,22 @@ async def local(
             ``DEV_SERVER_ARGS``; ``()`` runs it with Temporal's defaults).
     """
     servers: list[WorkflowEnvironment] = []
+    telemetry: list[Any] = []
 
     async def embedded_client(settings: Settings) -> Client:
         # Started once the database is migrated, so a bad database starts no server.
+        # A worker runs here: its spans go to the OTEL_* exporters (unless the application
+        # installed a tracer provider of its own).
+        configured = ensure_configured(settings)
+        if configured is not None:
+            telemetry.append(configured)
         env = await start_dev_server(
             port=port,
             ui=ui,
             ui_port=ui_port,
             db_filename=server_db_filename,
             extra_args=server_args,
+            startup_timeout_s=settings.embedded_startup_timeout_s,
         )
         servers.append(env)
         # The embedded server's client, with the configured codec and tracing.
@@ -660,6 +668,8 @@ async def local(
     finally:
         for env in servers:
             await env.shutdown()
+        for configured in telemetry:
+            configured.flush()  # the providers are global: flushed, not shut down
 
 
 @contextlib.asynccontextmanager

@@ -2,6 +2,10 @@
 
 A replay that fails means the current code would break turns recorded with the old code
 (nondeterminism): the deploy must not happen, or the change needs ``workflow.patched``.
+
+Exports are the history as the server holds it: with the codec on, its payloads (and failure
+messages) stay encrypted in the file, so an export is no more readable than the history
+itself. Replaying one needs the same keys (``TOOLTRAIL_CODEC_KEYS``), as any worker does.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ from typing import Any
 
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 from temporalio.worker import Replayer
 
-from tooltrail.worker import sandbox_runner
+from tooltrail.settings import Settings
+from tooltrail.worker import sandbox_runner, settings_data_converter
 from tooltrail.workflows.agent import AgentRunWorkflow
 from tooltrail.workflows.session import CloseSessionWorkflow
 from tooltrail.workflows.turn import TurnWorkflow
@@ -111,17 +116,25 @@ async def replay_histories(
     *,
     workflows: Sequence[type] | None = None,
     strict: bool = True,
+    data_converter: DataConverter | None = None,
 ) -> ReplayReport:
     """Replay histories against the workflow code (default: tooltrail's workflows).
 
     With ``strict`` (the default) the workflow modules run under the sandbox's full watch;
     without it, as a production worker runs them (see ``tooltrail.worker.sandbox_runner``).
+
+    Args:
+        histories: ``(source, history)`` pairs (``load_histories``, ``fetch_histories``).
+        workflows: the workflow classes (default: tooltrail's).
+        strict: run the workflow modules under the sandbox's full watch.
+        data_converter: the converter that decodes the payloads (default: the settings', so
+            with ``TOOLTRAIL_CODEC_KEYS`` encrypted histories replay; plain ones too).
     """
     if workflows is None:
         workflows = [TurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow]
     replayer = Replayer(
         workflows=list(workflows),
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter or settings_data_converter(Settings()),
         workflow_runner=sandbox_runner(strict=strict),
     )
     outcomes = []

@@ -156,6 +156,9 @@ class Settings(BaseSettings):
     """Audit database URL; ``None`` means the embedded SQLite file under ``data_dir``."""
     data_dir: Path = Field(default_factory=default_data_dir)
     """Directory of the embedded SQLite file and the embedded server's state."""
+    embedded_startup_timeout_s: float = Field(default=60.0, gt=0)
+    """How long the embedded Temporal dev server may take to start (``tooltrail.local``,
+    ``demo``, ``dev``, ``run``); it starts in about a second on an idle machine."""
 
     # -- Temporal connection security ------------------------------------------------------
     temporal_tls: bool = False
@@ -178,6 +181,15 @@ class Settings(BaseSettings):
     Older keys stay listed so payloads written with them still decrypt (key rotation)."""
     codec_key_id: str | None = None
     """Id of the key that encrypts new payloads (default: the first of ``codec_keys``)."""
+    codec_server_token: SecretStr | None = None
+    """The bearer token ``tooltrail codec-server`` requires (at least 16 characters)."""
+    codec_server_origins: str = "http://localhost:8233,http://127.0.0.1:8233"
+    """Browser origins (the Temporal UI's) allowed to call the codec server, comma-separated;
+    the default is ``tooltrail dev``'s UI."""
+    codec_server_tls_cert: Path | None = None
+    """PEM certificate the codec server serves HTTPS with (with ``codec_server_tls_key``)."""
+    codec_server_tls_key: Path | None = None
+    """PEM private key of ``codec_server_tls_cert``."""
 
     # -- model endpoints -------------------------------------------------------------------
     openai_base_url: str = "https://api.openai.com/v1"
@@ -200,7 +212,13 @@ class Settings(BaseSettings):
     log_level: LogLevel = "INFO"
     """Root log level (case-insensitive)."""
 
-    @field_validator("temporal_api_key", "codec_keys", "openai_api_key", "anthropic_api_key")
+    @field_validator(
+        "temporal_api_key",
+        "codec_keys",
+        "codec_server_token",
+        "openai_api_key",
+        "anthropic_api_key",
+    )
     @classmethod
     def _empty_secret_is_unset(cls, value: SecretStr | None) -> SecretStr | None:
         # ``TOOLTRAIL_OPENAI_API_KEY=`` in a .env template means "not set", not "empty key".
@@ -258,6 +276,10 @@ class Settings(BaseSettings):
         if self.codec_keys is None:
             return None
         return self.codec_key_id or next(iter(parse_codec_keys(self.codec_keys.get_secret_value())))
+
+    def codec_server_origin_list(self) -> list[str]:
+        """Return ``codec_server_origins`` as a list (spaces and empty entries dropped)."""
+        return [origin.strip() for origin in self.codec_server_origins.split(",") if origin.strip()]
 
     def temporal_uses_tls(self) -> bool:
         """Whether the Temporal connection must use TLS (asked for, or implied)."""

@@ -22,12 +22,13 @@ from tooltrail.activities import (
 )
 from tooltrail.activities.conversation import ConversationActivities
 from tooltrail.activities.tool_execution import Recorder
-from tooltrail.codec import AesGcmCodec, data_converter
+from tooltrail.codec import codec_from_settings, data_converter
 from tooltrail.db.idempotency import SqlIdempotencyStore
 from tooltrail.db.migrate import check_schema, upgrade
 from tooltrail.db.store import AuditStore
 from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.errors import ConfigurationError
+from tooltrail.failures import CleanDatabaseErrors
 from tooltrail.host import Host
 from tooltrail.middleware import RedactingMiddleware
 from tooltrail.recovery import NoopReflector
@@ -158,16 +159,24 @@ def build_worker(
             *extra_activities,
         ],
         workflow_runner=sandbox_runner(strict=strict_sandbox),
+        # Database errors leave activities without the data they were writing.
+        interceptors=[CleanDatabaseErrors(), *worker_options.pop("interceptors", ())],
         **worker_options,
     )
 
 
 def settings_data_converter(settings: Settings) -> DataConverter:
-    """The pydantic data converter, encrypting payloads when codec keys are configured."""
-    if settings.codec_keys is None:
+    """The pydantic data converter, encrypting payloads when codec keys are configured.
+
+    With keys, failure messages and stack traces are moved into an encrypted payload as well
+    (Temporal's encoded failure attributes): an exception's text (a loop stop naming a call's
+    arguments, say) is no more readable in the history than the arguments themselves. Every
+    client, worker and replayer of a deployment builds its converter here.
+    """
+    codec = codec_from_settings(settings)
+    if codec is None:
         return pydantic_data_converter
-    codec = AesGcmCodec(settings.codec_key_ring(), settings.active_codec_key_id() or "")
-    return data_converter(codec)
+    return data_converter(codec, encode_failure_messages=True)
 
 
 def settings_client_options(settings: Settings) -> dict[str, Any]:

@@ -52,7 +52,12 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 
 def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
-    """Create an async engine for a tooltrail database; creates a SQLite file's directory."""
+    """Create an async engine for a tooltrail database; creates a SQLite file's directory.
+
+    Statement errors never list their parameters (tool inputs and outputs): their text can
+    travel into Temporal failures and logs (see ``tooltrail.failures``).
+    """
+    kwargs.setdefault("hide_parameters", True)
     normalized = normalize_url(url)
     if normalized.get_backend_name() == "sqlite":
         database = normalized.database
