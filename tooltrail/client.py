@@ -7,11 +7,14 @@ workers run ``tooltrail worker``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
+import random
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -28,7 +31,7 @@ from temporalio.exceptions import (
     ChildWorkflowError,
     WorkflowAlreadyStartedError,
 )
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from tooltrail.access import AccessDecision
 from tooltrail.config import RunConfig
@@ -77,9 +80,12 @@ __all__ = [
     "Tooltrail",
     "TurnHandle",
     "TurnResult",
+    "WaitingApproval",
     "connect",
     "local",
 ]
+
+log = logging.getLogger("tooltrail.client")
 
 TurnResult = TurnOutput
 """The outcome of a turn: ``turn_id`` and ``results`` in the model's call order."""
@@ -101,6 +107,47 @@ def turn_error(failure: WorkflowFailureError, turn_id: str) -> TurnError:
         if cause.type == "ToolRecoveryExhausted" and len(details) >= 2:
             return ToolRecoveryExhausted(str(details[0]), int(details[1]), turn_id=turn_id)
     return TurnFailed(f"turn {turn_id!r} failed: {cause or failure}", turn_id=turn_id)
+
+
+# Waiting for a result is a long poll on the turn's history, and a namespace serves a
+# bounded number of them at once (the frontend's ``frontend.namespaceCount``, 1,200 by
+# default, also on the dev server): past it the server answers RESOURCE_EXHAUSTED "namespace
+# concurrent poller limit exceeded", which the SDK's core retries 5 times and then raises.
+# Such a wait is retried here, with jittered exponential backoff: a slot frees whenever a
+# waited-for turn ends, and the retried poll then returns at once for a turn already done.
+_POLLER_LIMIT = "concurrent poller limit"
+_WAIT_RETRY_FIRST_S = 0.2
+_WAIT_RETRY_MAX_S = 5.0
+
+
+def _poller_limit(exc: RPCError) -> bool:
+    return exc.status == RPCStatusCode.RESOURCE_EXHAUSTED and _POLLER_LIMIT in exc.message
+
+
+async def wait_for_result(handle: WorkflowHandle[Any, Any]) -> Any:
+    """Return ``handle.result()``, waiting out the namespace's concurrent poller limit.
+
+    Raises:
+        WorkflowFailureError: the workflow failed (as ``handle.result()``).
+        RPCError: any other RPC failure.
+    """
+    delay = _WAIT_RETRY_FIRST_S
+    retries = 0
+    while True:
+        try:
+            return await handle.result()
+        except RPCError as exc:
+            if not _poller_limit(exc):
+                raise
+            retries += 1
+            if retries == 1:
+                log.info(
+                    "waiting for %r: the namespace's concurrent poller limit is reached; "
+                    "retrying with backoff",
+                    handle.id,
+                )
+        await asyncio.sleep(random.uniform(0.5, 1.0) * delay)
+        delay = min(delay * 2, _WAIT_RETRY_MAX_S)
 
 
 class TurnHandle:
@@ -133,7 +180,7 @@ class TurnHandle:
             TurnFailed: the workflow failed for another reason.
         """
         try:
-            output = await self._handle.result()
+            output: TurnOutput = await wait_for_result(self._handle)
         except WorkflowFailureError as failure:
             raise turn_error(failure, self.turn_id) from failure
         calls = output.assistant.tool_calls if output.assistant is not None else []
@@ -198,6 +245,30 @@ class TurnHandle:
             raise ConfigurationError(message) from exc
 
 
+class WaitingApproval(PendingApproval):
+    """A call waiting for a human's decision, with its turn (``Tooltrail.waiting_approvals``)."""
+
+    turn_id: str
+
+
+# How many turns ``waiting_approvals`` asks at once, and how long one may take to answer (a
+# query needs a worker of the turn's queue; with none, it would wait for the server's limit).
+_APPROVAL_QUERIES = 16
+_APPROVAL_QUERY_TIMEOUT_S = 10.0
+
+
+MAX_START_BYTES = 2 * 1024 * 1024
+"""The largest turn input ``start_turn`` sends: Temporal's default payload limit (2 MiB, also
+Temporal Cloud's); a bigger one is refused before any RPC."""
+
+
+def _too_large(size: int) -> str:
+    return (
+        f"the turn's calls are too large to start it ({size} bytes; Temporal accepts "
+        "at most 2 MiB per payload): send large data by reference, not in arguments"
+    )
+
+
 class StuckTurn(BaseModel):
     """A turn whose workflow task failed again and again."""
 
@@ -253,9 +324,10 @@ class AgentHandle:
             TurnFailed: the run failed for another reason (e.g. the model refused a request).
         """
         try:
-            return await self._handle.result()
+            output: AgentRunOutput = await wait_for_result(self._handle)
         except WorkflowFailureError as failure:
             raise turn_error(failure, self.run_id) from failure
+        return output
 
 
 class Tooltrail:
@@ -325,6 +397,11 @@ class Tooltrail:
             shadow=shadow,
             **self._memo_inputs(calls),
         )
+        size = len(inp.model_dump_json().encode("utf-8"))
+        if size > MAX_START_BYTES:
+            # Refused here: past gRPC's 4 MiB the server would answer with a raw transport
+            # error that says nothing about the arguments.
+            raise ConfigurationError(_too_large(size))
         try:
             handle = await self.client.start_workflow(
                 "TurnWorkflow",
@@ -346,13 +423,10 @@ class Tooltrail:
                 f"turn id {turn_id!r} was already used; turn ids are never reused"
             ) from exc
         except RPCError as exc:
-            if "size exceeds limit" not in str(exc):
+            # The encoded input (a codec adds bytes) may still pass a server's own limit.
+            if "size exceeds limit" not in str(exc) and "larger than max" not in str(exc):
                 raise
-            size = len(inp.model_dump_json().encode("utf-8"))
-            raise ConfigurationError(
-                f"the turn's calls are too large to start it ({size} bytes; Temporal accepts "
-                "at most 2 MiB per payload): send large data by reference, not in arguments"
-            ) from exc
+            raise ConfigurationError(_too_large(size)) from exc
         self.sessions.add(session_id)
         return TurnHandle(handle, self.store)
 
@@ -534,6 +608,47 @@ class Tooltrail:
                     )
                 )
         return stuck
+
+    async def waiting_approvals(self, *, limit: int = 1000) -> list[WaitingApproval]:
+        """Return every call waiting for an approval, across running turns, oldest first.
+
+        Finds running turns with a visibility query and asks each for its
+        ``pending_approvals`` (16 at a time): one query per running turn, answered by a
+        worker from its cached state (about 1-2 ms each here; a billable action on Temporal
+        Cloud). Turns that do not answer within 10 s (no worker on their queue) are logged
+        and left out.
+
+        Args:
+            limit: look at this many running turns at most (newest first).
+        """
+        query = 'WorkflowType="TurnWorkflow" AND ExecutionStatus="Running"'
+        ids = [execution.id async for execution in self.client.list_workflows(query, limit=limit)]
+        gate = asyncio.Semaphore(_APPROVAL_QUERIES)
+        silent: list[str] = []
+
+        async def ask(turn_id: str) -> list[WaitingApproval]:
+            async with gate:
+                try:
+                    async with asyncio.timeout(_APPROVAL_QUERY_TIMEOUT_S):
+                        pending = await self.get_turn(turn_id).pending_approvals()
+                except TimeoutError:
+                    silent.append(turn_id)
+                    return []
+                except RPCError:
+                    return []  # ended (or was removed) since the listing: nothing waits
+            return [WaitingApproval(turn_id=turn_id, **p.model_dump()) for p in pending]
+
+        found = [item for batch in await asyncio.gather(*map(ask, ids)) for item in batch]
+        if silent:
+            log.warning(
+                "%d running turns did not answer within %gs (is a worker polling their task "
+                "queue?): %s",
+                len(silent),
+                _APPROVAL_QUERY_TIMEOUT_S,
+                ", ".join(silent),
+            )
+        far = datetime.max.replace(tzinfo=UTC)
+        return sorted(found, key=lambda item: (item.asked_at or far, item.turn_id))
 
     async def conversation(self, run_id: str) -> list[Message]:
         """Return an agent run's conversation, in order (kept in SQL, not in history)."""

@@ -470,6 +470,10 @@ class PendingApproval(BaseModel):
     tool_name: str
     question: str
     arguments: dict[str, Any]
+    asked_at: datetime | None = None
+    """When the call started waiting (workflow time)."""
+    deadline: datetime | None = None
+    """When the wait ends with the headless refusal if nobody answers."""
 
 
 MODEL_TURN = "tooltrail.model.turn"
