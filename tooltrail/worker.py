@@ -103,7 +103,8 @@ def build_worker(
         scratch: session scratch directories (default: from the host).
         strict_sandbox: run the workflows under the sandbox's full watch (see
             ``sandbox_runner``); slower, for tests.
-        **worker_options: passed to ``temporalio.worker.Worker``.
+        **worker_options: passed to ``temporalio.worker.Worker``; the slots and the
+            workflow cache default to the settings (``Settings.worker_options``).
     """
     scratch = scratch or ScratchDirs(host.scratch_base, enabled=host.managed_scratch)
     dispatcher = ToolDispatcher(
@@ -148,8 +149,16 @@ def build_worker(
             *extra_activities,
         ],
         workflow_runner=sandbox_runner(strict=strict_sandbox),
-        **worker_options,
+        **{**_capacity(worker_options), **worker_options},
     )
+
+
+def _capacity(worker_options: dict[str, Any]) -> dict[str, Any]:
+    """The settings' slots and cache, unless the caller sizes the worker (or tunes it)."""
+    if "tuner" in worker_options:
+        # A tuner replaces the fixed slot counts; Temporal refuses both together.
+        return {"max_cached_workflows": Settings().max_cached_workflows}
+    return Settings().worker_options()
 
 
 def settings_data_converter(settings: Settings) -> DataConverter:
@@ -208,12 +217,17 @@ async def worker(
     task_queue: str | None = None,
     database_url: str | None = None,
     graceful_shutdown: timedelta = timedelta(seconds=20),
+    engine_options: dict[str, Any] | None = None,
+    **worker_options: Any,
 ) -> AsyncIterator[Worker]:
     """Run a tooltrail worker against an existing Temporal cluster while the block runs.
 
     Options default to the settings (``TOOLTRAIL_*`` environment variables). The database must
     be migrated (``tooltrail db upgrade``). On exit, running tool attempts get
     ``graceful_shutdown`` to finish before they are cancelled (and retried elsewhere).
+    ``engine_options`` go to the database engine (``pool_size``, ``max_overflow``, ...), the
+    other keyword arguments to ``build_worker`` (slots, workflow cache); both default to the
+    settings.
 
     Raises:
         DatabaseSchemaError: the database is not at the migrations' head.
@@ -227,7 +241,7 @@ async def worker(
         namespace=namespace or settings.namespace,
         **settings_client_options(settings),
     )
-    store = AuditStore(url)
+    store = AuditStore(url, **(engine_options or {}))
     try:
         running = build_worker(
             client,
@@ -235,6 +249,7 @@ async def worker(
             task_queue=task_queue or settings.task_queue,
             store=store,
             graceful_shutdown_timeout=graceful_shutdown,
+            **worker_options,
         )
         async with running:
             yield running
