@@ -849,7 +849,8 @@ def _confirm_live_rerun(original: Any, where: str, yes: bool) -> None:
     )
     try:
         confirmed = click.confirm(question, default=False, err=True)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort:  # no answer (stdin closed): the prompt's line ends here
+        errors.print()
         confirmed = False
     if not confirmed:
         raise CommandError(

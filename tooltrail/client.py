@@ -49,7 +49,7 @@ from tooltrail.errors import (
 )
 from tooltrail.host import Host
 from tooltrail.llm.messages import Message
-from tooltrail.replays import RerunReport, compare, load_turn
+from tooltrail.replays import RecordedTurn, RerunReport, compare, load_turn
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
@@ -484,7 +484,7 @@ class Tooltrail:
         Raises:
             ConfigurationError: the audit trail has no such turn.
         """
-        original = await load_turn(self.store, turn_id)
+        original = await self._with_full_inputs(await load_turn(self.store, turn_id))
         mode: Literal["rerun", "shadow"] = "shadow" if shadow else "rerun"
         new_turn_id = f"{mode}-{turn_id}-{uuid.uuid4().hex[:8]}"
         plan = (
@@ -510,6 +510,34 @@ class Tooltrail:
             mode=mode,
             divergences=compare(original, new),
         )
+
+    async def _with_full_inputs(self, original: RecordedTurn) -> RecordedTurn:
+        """Put back the arguments the trail only noted (over 64 KB), from the turn's history.
+
+        Raises:
+            ConfigurationError: the history is gone (retention) or does not hold the call.
+        """
+        if not original.cut_inputs:
+            return original
+        turn_id = original.turn.turn_id
+        try:
+            history = await self.client.get_workflow_handle(turn_id).fetch_history()
+            started = history.events[0].workflow_execution_started_event_attributes
+            [inp] = await self.client.data_converter.decode(started.input.payloads, [TurnInput])
+        except (RPCError, ValueError, IndexError, TypeError) as exc:
+            raise ConfigurationError(
+                f"turn {turn_id!r}: the arguments of calls {original.cut_inputs} are too large "
+                "for the audit trail and only in the turn's Temporal history, which cannot be "
+                f"read ({exc}); the turn cannot be run again"
+            ) from exc
+        full = {call.id: call for call in inp.calls}
+        missing = [call_id for call_id in original.cut_inputs if call_id not in full]
+        if missing:
+            raise ConfigurationError(
+                f"turn {turn_id!r}: the history has no arguments for calls {missing}"
+            )
+        calls = [full[c.id] if c.id in original.cut_inputs else c for c in original.calls]
+        return original.model_copy(update={"calls": calls})
 
     async def start_agent(
         self,

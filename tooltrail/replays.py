@@ -68,6 +68,9 @@ class RecordedTurn(BaseModel):
     traces: dict[str, CallTrace] = Field(default_factory=dict)
     attempts: dict[str, RecordedAttempt] = Field(default_factory=dict)
     """Every attempt's result, by ``{tool_call_id}#{attempt}``."""
+    cut_inputs: list[str] = Field(default_factory=list)
+    """Calls whose arguments the trail holds only as a note (too large, or not JSON): their
+    ``calls`` entry is that note; the arguments are in the turn's workflow input."""
 
 
 class Divergence(BaseModel):
@@ -94,7 +97,15 @@ class RerunReport(BaseModel):
         return not self.divergences
 
 
-def _trace(events: list[AuditEvent]) -> dict[str, CallTrace]:
+def _output(payload: dict[str, Any], blobs: dict[str, Any]) -> Any:
+    """A ``tool_post``'s output; a large one was stored apart (its payload has the key)."""
+    ref = payload.get("output_ref")
+    if ref and ref in blobs:
+        return blobs[ref]
+    return payload.get("output")
+
+
+def _trace(events: list[AuditEvent], blobs: dict[str, Any]) -> dict[str, CallTrace]:
     traces: dict[str, CallTrace] = {}
     for event in events:
         call_id = event.tool_call_id
@@ -117,7 +128,7 @@ def _trace(events: list[AuditEvent]) -> dict[str, CallTrace]:
             trace.decisions.append("loop stop")
         elif event.kind == "tool_post":
             trace.resolved_tool_name = payload.get("resolved_tool_name")
-            trace.output = payload.get("output")
+            trace.output = _output(payload, blobs)
             trace.is_error = payload.get("is_error")
     return traces
 
@@ -131,7 +142,7 @@ def _refused(event: AuditEvent) -> bool:
     return event.kind == "breaker_refused"
 
 
-def _attempts(events: list[AuditEvent]) -> dict[str, RecordedAttempt]:
+def _attempts(events: list[AuditEvent], blobs: dict[str, Any]) -> dict[str, RecordedAttempt]:
     """Every attempt's *result*; a refusal's text is the layer's answer, not the tool's."""
     recorded = {}
     refused = {
@@ -146,7 +157,7 @@ def _attempts(events: list[AuditEvent]) -> dict[str, RecordedAttempt]:
             continue
         payload = event.payload
         recorded[f"{event.tool_call_id}#{event.attempt or 0}"] = RecordedAttempt(
-            output=payload.get("output", ""),
+            output=_output(payload, blobs) or "",
             is_error=bool(payload.get("is_error")),
             duration_ms=float(payload.get("duration") or 0.0),
             resolved_tool_name=payload.get("resolved_tool_name") or event.tool_name or "",
@@ -175,6 +186,14 @@ async def load_turn(store: AuditStore, turn_id: str) -> RecordedTurn:
     recorded_results: list[Any] = (end.payload.get("results") or []) if end else []
     results = [ToolDispatchResult.model_validate(r) for r in recorded_results]
     detector = started.get("detector")
+    refs = sorted(
+        {
+            e.payload["output_ref"]
+            for e in events
+            if e.kind == "tool_post" and e.payload.get("output_ref")
+        }
+    )
+    blobs = await store.blobs(refs) if refs else {}
     return RecordedTurn(
         turn=turn,
         calls=calls,
@@ -182,8 +201,13 @@ async def load_turn(store: AuditStore, turn_id: str) -> RecordedTurn:
         config=RunConfig.model_validate(started.get("config", {})),
         detector=None if detector is None else LoopDetector.model_validate(detector),
         results=results,
-        traces=_trace(events),
-        attempts=_attempts(events),
+        traces=_trace(events, blobs),
+        attempts=_attempts(events, blobs),
+        cut_inputs=[
+            e.tool_call_id or ""
+            for e in events
+            if e.kind == "tool_call_received" and "input_bytes" in e.payload
+        ],
     )
 
 
