@@ -32,6 +32,7 @@ from temporalio.exceptions import (
     WorkflowAlreadyStartedError,
 )
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Worker
 
 from tooltrail.access import AccessDecision
 from tooltrail.config import RunConfig
@@ -740,6 +741,7 @@ async def local(
     port: int | None = None,
     server_db_filename: str | None = None,
     server_args: Sequence[str] = DEV_SERVER_ARGS,
+    shutdown_timeout_s: float = 10.0,
 ) -> AsyncIterator[Tooltrail]:
     """Run everything in-process: the embedded Temporal dev server, a worker and the database.
 
@@ -757,6 +759,9 @@ async def local(
         server_db_filename: keep the server's state in this SQLite file (default: memory).
         server_args: the dev server's own arguments (default: tooltrail's tuning,
             ``DEV_SERVER_ARGS``; ``()`` runs it with Temporal's defaults).
+        shutdown_timeout_s: how long the worker may take to stop on exit before it is
+            cancelled (a turn whose final audit write is retrying against an unreachable
+            database would otherwise hold it for ever; see ``_bounded``).
     """
     wired = Host.coerce(host)
     url = database_url or wired.database_url or Settings().effective_database_url()
@@ -782,13 +787,46 @@ async def local(
     scratch = ScratchDirs(wired.scratch_base, enabled=wired.managed_scratch)
     tt = Tooltrail(client, wired, task_queue=task_queue, store=store)
     try:
-        async with build_worker(client, wired, task_queue=task_queue, store=store, scratch=scratch):
+        async with _bounded(
+            build_worker(client, wired, task_queue=task_queue, store=store, scratch=scratch),
+            shutdown_timeout_s,
+        ):
             yield tt
     finally:
         for session_id in tt.sessions:
             scratch.remove(session_id)
         await store.close()
         await env.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def _bounded(running: Worker, timeout_s: float) -> AsyncIterator[Worker]:
+    """Run a worker; on exit give its shutdown ``timeout_s``, then cancel it.
+
+    A worker's shutdown waits for the workflow tasks it holds, and a turn's final audit write
+    is a local activity that retries inside its workflow task until the database answers:
+    with the database down, shutdown would wait for ever. Cancelled, the worker lets go of
+    the task; the server hands it to the next worker of the queue, which replays the turn
+    and writes its records then (with an embedded server in memory there is no next worker:
+    the turn, its history and the unwritten records end with the process).
+    """
+    task = asyncio.create_task(running.run(), name="tooltrail-local-worker")
+    try:
+        yield running
+    finally:
+        stopping = asyncio.create_task(running.shutdown())
+        done, _ = await asyncio.wait([stopping], timeout=timeout_s)
+        if not done:
+            log.warning(
+                "the worker did not stop within %gs (a workflow task is still busy, e.g. an "
+                "audit write retrying against an unreachable database); cancelling it",
+                timeout_s,
+            )
+            for pending in (task, stopping):
+                pending.cancel()
+        await asyncio.wait([task, stopping])
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            log.warning("the worker stopped with an error: %s", task.exception())
 
 
 @contextlib.asynccontextmanager
