@@ -374,6 +374,12 @@ def dev(
     _run(go())
 
 
+def _capacity_option(name: str, help_text: str) -> Any:
+    return typer.Option(
+        f"--{name.replace('_', '-')}", envvar=f"TOOLTRAIL_{name.upper()}", help=help_text
+    )
+
+
 @app.command()
 def worker(
     tools: ToolsOption,
@@ -383,28 +389,98 @@ def worker(
     namespace: Annotated[str | None, typer.Option(envvar="TOOLTRAIL_NAMESPACE")] = None,
     task_queue: Annotated[str | None, typer.Option(envvar="TOOLTRAIL_TASK_QUEUE")] = None,
     database_url: DatabaseOption = None,
+    mcp: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mcp",
+            help='An MCP server to start, "PREFIX=COMMAND ARGS" (repeatable); its tools '
+            "register as PREFIX_name. Default: TOOLTRAIL_MCP_SERVERS.",
+        ),
+    ] = None,
+    mcp_url: Annotated[
+        list[str] | None,
+        typer.Option("--mcp-url", help='A streamable HTTP MCP server, "PREFIX=URL" (repeatable).'),
+    ] = None,
+    max_concurrent_activities: Annotated[
+        int | None,
+        _capacity_option("max_concurrent_activities", "Tool attempts run at once (100)."),
+    ] = None,
+    max_concurrent_workflow_tasks: Annotated[
+        int | None,
+        _capacity_option("max_concurrent_workflow_tasks", "Workflow tasks run at once (100)."),
+    ] = None,
+    max_concurrent_local_activities: Annotated[
+        int | None,
+        _capacity_option(
+            "max_concurrent_local_activities", "Local activities (audit writes) at once (100)."
+        ),
+    ] = None,
+    max_cached_workflows: Annotated[
+        int | None,
+        _capacity_option("max_cached_workflows", "Workflows kept in memory (1000)."),
+    ] = None,
+    db_pool_size: Annotated[
+        int | None, _capacity_option("db_pool_size", "Database connections kept open (5).")
+    ] = None,
+    db_max_overflow: Annotated[
+        int | None,
+        _capacity_option("db_max_overflow", "Connections beyond the pool under load (10)."),
+    ] = None,
 ) -> None:
-    """Run a worker against an existing Temporal cluster (until SIGINT or SIGTERM)."""
+    """Run a worker against an existing Temporal cluster (until SIGINT or SIGTERM).
+
+    Sizing: see the README's "Sizing" section; every flag also reads its TOOLTRAIL_ variable.
+    """
     import tooltrail
+    from tooltrail.mcp import McpServerSpec, open_mcp_servers
 
     host = load_host(tools)
+    settings = Settings()
+    specs = [McpServerSpec.parse(text, url=False) for text in mcp or []]
+    specs += [McpServerSpec.parse(text, url=True) for text in mcp_url or []]
+    if mcp is None and mcp_url is None:
+        specs = [McpServerSpec.parse(text) for text in settings.mcp_servers]
+    capacity: dict[str, Any] = {
+        name: value
+        for name, value in {
+            "max_concurrent_activities": max_concurrent_activities,
+            "max_concurrent_workflow_tasks": max_concurrent_workflow_tasks,
+            "max_concurrent_local_activities": max_concurrent_local_activities,
+            "max_cached_workflows": max_cached_workflows,
+        }.items()
+        if value is not None
+    }
+    pool = {
+        name: value
+        for name, value in {"pool_size": db_pool_size, "max_overflow": db_max_overflow}.items()
+        if value is not None
+    }
     from tooltrail.telemetry import configure_from_env
 
     telemetry = configure_from_env()
 
     async def go() -> None:
-        async with tooltrail.worker(
-            host,
-            temporal_address=temporal_address,
-            namespace=namespace,
-            task_queue=task_queue,
-            database_url=database_url,
-        ) as running:
-            settings = Settings()
+        async with (
+            open_mcp_servers(host.registry, specs) as toolsets,
+            tooltrail.worker(
+                host,
+                temporal_address=temporal_address,
+                namespace=namespace,
+                task_queue=task_queue,
+                database_url=database_url,
+                engine_options=pool,
+                **capacity,
+            ) as running,
+        ):
+            mcp_tools = sorted(name for toolset in toolsets for name in toolset.tools)
             errors.print(
-                f"worker up: {temporal_address or settings.temporal_address}, "
-                f"task queue {task_queue or settings.task_queue}, "
-                f"tools {', '.join(host.registry.names())}"
+                Text(
+                    f"worker up: {temporal_address or settings.temporal_address}, "
+                    f"task queue {task_queue or settings.task_queue}, "
+                    f"tools {', '.join(host.registry.names())}"
+                    + (f" (from MCP: {', '.join(mcp_tools)})" if mcp_tools else "")
+                ),
+                soft_wrap=True,
             )
             await _until_stopped(running)
 

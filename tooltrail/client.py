@@ -70,8 +70,10 @@ from tooltrail.wire import (
     PendingApproval,
     SessionState,
     ShadowPlan,
+    ToolMeta,
     TurnInput,
     TurnOutput,
+    WorkerCatalog,
 )
 from tooltrail.worker import build_worker, connect_client, settings_client_options
 
@@ -341,13 +343,68 @@ class Tooltrail:
         *,
         task_queue: str,
         store: AuditStore,
+        learn_worker_tools: bool = False,
     ) -> None:
-        """Wrap a Temporal client, the host wiring and the audit database."""
+        """Wrap a Temporal client, the host wiring and the audit database.
+
+        Args:
+            client: the Temporal client.
+            host: the host wiring (its registry is what turns advertise by default).
+            task_queue: the task queue of the deployment's workers.
+            store: the audit database.
+            learn_worker_tools: also advertise the tools the workers serve that the host
+                lacks (an MCP server's, registered by ``tooltrail worker --mcp``): asked once,
+                from a worker (``worker_tools``).
+        """
         self.client = client
         self.host = host
         self.task_queue = task_queue
         self.store = store
         self.sessions: set[str] = set()
+        self.learn_worker_tools = learn_worker_tools
+        self._worker_catalog: WorkerCatalog | None = None
+
+    async def worker_tools(self, *, refresh: bool = False) -> WorkerCatalog:
+        """Return the tools a worker of the task queue serves (asked once, then remembered).
+
+        One short workflow (``ToolCatalogWorkflow``) on the queue; no MCP server is started
+        here. Workers of one queue serve the same tools, so any worker's answer stands.
+
+        Raises:
+            TurnFailed: no worker answered within 30 s.
+        """
+        if self._worker_catalog is None or refresh:
+            try:
+                self._worker_catalog = await self.client.execute_workflow(
+                    "ToolCatalogWorkflow",
+                    id=f"tool-catalog-{uuid.uuid4()}",
+                    task_queue=self.task_queue,
+                    result_type=WorkerCatalog,
+                    execution_timeout=timedelta(seconds=30),
+                )
+            except WorkflowFailureError as failure:
+                raise TurnFailed(
+                    f"no worker of task queue {self.task_queue!r} said which tools it serves: "
+                    f"{failure.cause or failure}"
+                ) from failure
+        return self._worker_catalog
+
+    async def _offered(self) -> tuple[list[str], dict[str, ToolMeta]]:
+        """The tools a turn advertises by default, and what the workflow must know of them."""
+        names = self.host.registry.names()
+        meta = self.host.tool_meta()
+        if not self.learn_worker_tools:
+            return names, meta
+        try:
+            catalog = await self.worker_tools()
+        except (TurnFailed, RPCError) as exc:
+            log.warning("advertising the host's tools only: %s", exc)
+            return names, meta
+        for name in catalog.names:
+            if name not in meta:
+                names.append(name)
+                meta[name] = catalog.tools.get(name, ToolMeta())
+        return names, meta
 
     async def start_turn(
         self,
@@ -380,7 +437,8 @@ class Tooltrail:
             ConfigurationError: ``turn_id`` was already used.
         """
         turn_id = turn_id or f"turn-{uuid.uuid4()}"
-        names = self.host.registry.names() if advertised is None else list(advertised)
+        offered, tool_meta = await self._offered()
+        names = offered if advertised is None else list(advertised)
         config = config or RunConfig()
         calls = [_encodable(call) for call in calls]
         session = SessionState() if shadow else await self.store.session_state(session_id)
@@ -389,7 +447,7 @@ class Tooltrail:
             calls=list(calls),
             advertised=names,
             config=config,
-            tools=self.host.tool_meta(),
+            tools=tool_meta,
             verdicts=self.host.verdicts(calls) if config.dispatch == "parallel" else None,
             features=HostFeatures(hooks=bool(self.host.hooks), memory=self.host.memory),
             session=session,
@@ -584,13 +642,14 @@ class Tooltrail:
         )
         config = config or RunConfig()
         run_id = run_id or f"run-{uuid.uuid4()}"
+        offered, tool_meta = await self._offered()
         inp = AgentRunInput(
             session_id=session_id,
             messages=opening,
             settings=settings,
-            advertised=self.host.registry.names(),
+            advertised=offered,
             config=config,
-            tools=self.host.tool_meta(),
+            tools=tool_meta,
             features=HostFeatures(hooks=bool(self.host.hooks), memory=self.host.memory),
             max_turns=max_turns,
             turns_per_segment=turns_per_segment,
@@ -837,10 +896,13 @@ async def connect(
     namespace: str | None = None,
     task_queue: str | None = None,
     database_url: str | None = None,
+    learn_worker_tools: bool | None = None,
 ) -> AsyncIterator[Tooltrail]:
     """Connect to an existing deployment (workers run ``tooltrail worker``).
 
     Options default to the settings (``TOOLTRAIL_*`` environment variables).
+    ``learn_worker_tools`` (default: whether the settings list MCP servers) makes turns also
+    advertise the tools the workers serve that ``host`` lacks (see ``Tooltrail``).
 
     Raises:
         DatabaseSchemaError: the database is not migrated (run ``tooltrail db upgrade``).
@@ -856,6 +918,14 @@ async def connect(
     )
     store = AuditStore(url)
     try:
-        yield Tooltrail(client, wired, task_queue=task_queue or settings.task_queue, store=store)
+        yield Tooltrail(
+            client,
+            wired,
+            task_queue=task_queue or settings.task_queue,
+            store=store,
+            learn_worker_tools=(
+                bool(settings.mcp_servers) if learn_worker_tools is None else learn_worker_tools
+            ),
+        )
     finally:
         await store.close()

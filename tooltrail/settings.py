@@ -200,6 +200,12 @@ class Settings(BaseSettings):
     log_level: LogLevel = "INFO"
     """Root log level (case-insensitive)."""
 
+    # -- MCP servers of a worker -----------------------------------------------------------
+    mcp_servers: list[str] = Field(default_factory=list)
+    """MCP servers a worker registers at start, each ``PREFIX=COMMAND ARGS`` or
+    ``PREFIX=URL`` (a JSON list in ``TOOLTRAIL_MCP_SERVERS``); clients that see it set learn
+    the tool names from a worker (``tooltrail.connect``)."""
+
     # -- capacity (README "Sizing"): what one worker process takes on, and its database pool --
     max_concurrent_activities: int = Field(default=100, ge=1)
     """Tool attempts (and other activities) one worker runs at once."""
@@ -260,6 +266,22 @@ class Settings(BaseSettings):
         known = list(parse_codec_keys(keys.get_secret_value()))
         if value not in known:
             raise ValueError(f"codec key id {value!r} is not one of TOOLTRAIL_CODEC_KEYS {known}")
+        return value
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_servers_parse(cls, value: list[str]) -> list[str]:
+        from tooltrail.mcp import McpServerSpec  # MCP's SDK loads only when servers are set
+
+        for position, entry in enumerate(value, start=1):
+            try:
+                McpServerSpec.parse(entry)
+            except ConfigurationError:
+                # Not the entry itself: a command line or URL may carry a token.
+                raise ValueError(
+                    f"TOOLTRAIL_MCP_SERVERS entry #{position} is not PREFIX=COMMAND ARGS or "
+                    "PREFIX=URL"
+                ) from None
         return value
 
     @field_validator("log_level", mode="before")
@@ -381,6 +403,8 @@ class Settings(BaseSettings):
                 out[name] = UNSET
             elif isinstance(value, str) and name.endswith("_url"):
                 out[name] = mask_url(value)
+            elif name == "mcp_servers":
+                out[name] = [mask_url(entry) for entry in value]
             elif isinstance(value, Path):
                 out[name] = str(value)
             else:

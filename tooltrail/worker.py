@@ -19,6 +19,7 @@ from tooltrail.activities import (
     SessionActivities,
     ToolActivities,
 )
+from tooltrail.activities.catalog import CatalogActivities
 from tooltrail.activities.conversation import ConversationActivities
 from tooltrail.activities.tool_execution import Recorder
 from tooltrail.codec import AesGcmCodec, data_converter
@@ -35,6 +36,7 @@ from tooltrail.settings import Settings
 from tooltrail.telemetry import tracing_interceptors
 from tooltrail.tools import Tool, ToolRegistry
 from tooltrail.workflows.agent import AgentRunWorkflow
+from tooltrail.workflows.catalog import ToolCatalogWorkflow
 from tooltrail.workflows.session import CloseSessionWorkflow
 from tooltrail.workflows.turn import TurnWorkflow
 
@@ -140,12 +142,13 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[TurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow],
+        workflows=[TurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow, ToolCatalogWorkflow],
         activities=[
             tools.execute,
             audit.record,
             sessions.cleanup,
             recovery.reflect,
+            CatalogActivities(host).catalog,
             *extra_activities,
         ],
         workflow_runner=sandbox_runner(strict=strict_sandbox),
