@@ -40,6 +40,7 @@ from tooltrail.middleware import (
     run_pipeline,
 )
 from tooltrail.observers import deliver
+from tooltrail.replays import NOT_RECORDED
 from tooltrail.scratch import ScratchDirs
 from tooltrail.telemetry import record_breaker_state, record_call, record_retry, tool_span
 from tooltrail.text import MEMORY_FIELD_LIMIT, not_found, render_text, stable_hash
@@ -348,10 +349,9 @@ class ToolActivities:
             return soft(str(rejected))
         recorded = inp.recorded
         if recorded is None:
-            return soft(
-                f"shadow replay: the original turn has no result for attempt {inp.attempt} "
-                f"of call {inp.tool_call_id!r}"
-            )
+            # The original attempt never ran its body (refused, or never reached): what the
+            # tool would answer now is unknown, and the report says so (replays.compare).
+            return soft(NOT_RECORDED)
         return AttemptOutcome(
             output=recorded.output,
             is_error=recorded.is_error,

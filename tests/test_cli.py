@@ -44,6 +44,8 @@ def run(args: list[str], tmp_path: Path, timeout: float = 120) -> subprocess.Com
         ["history", "export"],
         ["approve"],
         ["codec-server"],
+        ["deny"],
+        ["approvals"],
     ],
 )
 def test_every_command_has_help(tmp_path: Path, command: list[str]) -> None:
@@ -172,7 +174,7 @@ async def test_worker_process_serves_a_connected_client_and_audit_commands(
 def test_demo_runs_a_real_turn(tmp_path: Path) -> None:
     done = run(["demo", "--json"], tmp_path, timeout=180)
     assert done.returncode == 0, done.stderr
-    data = json.loads(done.stdout.strip().splitlines()[-1])
+    data = json.loads(done.stdout)  # stdout is the JSON alone: no server banner, no log line
     outputs = {r["tool_call_id"]: (r["output"], r["is_error"]) for r in data["results"]}
     assert outputs == {
         "call_1": ("saved 33 characters to note 'plan'", False),
@@ -216,7 +218,7 @@ def test_run_a_one_shot_agent_against_an_openai_compatible_server(
             TOOLTRAIL_MODEL="test-model",
         )
     assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done.stdout)  # the JSON alone
     assert (result["text"], len(result["turns"])) == ("2 + 2 = 4", 2)
     assert server.requests[1].body["messages"][-1]["content"] == "4"
     assert server.requests[0].headers.get("authorization") == "Bearer sk-test-secret"

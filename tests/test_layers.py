@@ -30,6 +30,7 @@ from tooltrail.worker import PURE_MODULES
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW_MODULES = (
     "tooltrail.workflows.agent",
+    "tooltrail.workflows.catalog",
     "tooltrail.workflows.session",
     "tooltrail.workflows.turn",
 )

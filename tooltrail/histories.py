@@ -11,7 +11,9 @@ itself. Replaying one needs the same keys (``TOOLTRAIL_CODEC_KEYS``), as any wor
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,11 +35,15 @@ __all__ = [
     "export_history",
     "export_recent",
     "fetch_histories",
+    "history_file_name",
     "load_histories",
     "replay_histories",
 ]
 
 TURN_QUERY = 'WorkflowType="TurnWorkflow"'
+
+_FILE_SAFE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")
+_FILE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 class ReplayOutcome(BaseModel):
@@ -71,14 +77,30 @@ async def export_history(client: Client, turn_id: str) -> str:
     return json.dumps({"workflowId": turn_id, **json.loads(history.to_json())})
 
 
+def history_file_name(workflow_id: str) -> str:
+    """Return the file name of a workflow's exported history: ``<id>.json`` when that is safe.
+
+    A workflow id is caller data (``../x``, ``/etc/passwd``, 1,000 characters): an id that is
+    not a plain file name is encoded, as its safe characters plus a digest of the exact id,
+    so the file stays inside the export directory; the ``+`` before the digest, never part
+    of a plain name, keeps two ids from sharing a file. The id itself is kept inside the file
+    (``workflowId``).
+    """
+    if _FILE_SAFE.fullmatch(workflow_id):
+        return f"{workflow_id}.json"
+    readable = _FILE_UNSAFE.sub("_", workflow_id).lstrip(".")[:64]
+    digest = hashlib.blake2b(workflow_id.encode("utf-8", "surrogatepass"), digest_size=10)
+    return f"{readable}+{digest.hexdigest()}.json"
+
+
 async def export_recent(
     client: Client, directory: Path, *, limit: int = 20, query: str = TURN_QUERY
 ) -> list[Path]:
-    """Write the newest matching histories to ``directory/<workflow id>.json``."""
+    """Write the newest matching histories into ``directory`` (see ``history_file_name``)."""
     await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
     written = []
     async for execution in client.list_workflows(query, limit=limit):
-        path = directory / f"{execution.id}.json"
+        path = directory / history_file_name(execution.id)
         text = await export_history(client, execution.id)
         await asyncio.to_thread(path.write_text, text + "\n")
         written.append(path)

@@ -35,6 +35,7 @@ __all__ = [
     "MODEL_TURN",
     "RECOVERY_REFLECT",
     "SESSION_CLEANUP",
+    "TOOL_CATALOG",
     "TOOL_EXECUTE",
     "AgentCarry",
     "AgentProgress",
@@ -67,6 +68,7 @@ __all__ = [
     "TurnOutput",
     "TurnRecord",
     "TurnStatus",
+    "WorkerCatalog",
     "pack_dispatch",
     "unpack_dispatch",
 ]
@@ -77,6 +79,8 @@ AUDIT_RECORD = "tooltrail.audit.record"
 """Activity: flush pending audit records and the turn's final status."""
 SESSION_CLEANUP = "tooltrail.session.cleanup"
 """Activity: remove a session's scratch directory."""
+TOOL_CATALOG = "tooltrail.tool.catalog"
+"""Activity: the tools a worker serves (MCP servers' included), for clients to advertise."""
 RECOVERY_REFLECT = "tooltrail.recovery.reflect"
 """Activity: ask the host's reflector about a failed attempt."""
 
@@ -250,6 +254,13 @@ class ToolMeta(BaseModel):
     retry_on_interrupt: bool = True
     local: bool = False
     """Attempts run as local activities (``@tool(local=True)``)."""
+
+
+class WorkerCatalog(BaseModel):
+    """The tools a worker serves, as its registry holds them (``ToolCatalogWorkflow``)."""
+
+    names: list[str] = Field(default_factory=list)
+    tools: dict[str, ToolMeta] = Field(default_factory=dict)
 
 
 class RecordedAttempt(BaseModel):
@@ -470,6 +481,10 @@ class PendingApproval(BaseModel):
     tool_name: str
     question: str
     arguments: dict[str, Any]
+    asked_at: datetime | None = None
+    """When the call started waiting (workflow time)."""
+    deadline: datetime | None = None
+    """When the wait ends with the headless refusal if nobody answers."""
 
 
 MODEL_TURN = "tooltrail.model.turn"

@@ -20,6 +20,7 @@ from tooltrail.activities import (
     SessionActivities,
     ToolActivities,
 )
+from tooltrail.activities.catalog import CatalogActivities
 from tooltrail.activities.conversation import ConversationActivities
 from tooltrail.activities.tool_execution import Recorder
 from tooltrail.codec import codec_from_settings, data_converter
@@ -37,6 +38,7 @@ from tooltrail.settings import Settings
 from tooltrail.telemetry import tracing_interceptors
 from tooltrail.tools import Tool, ToolRegistry
 from tooltrail.workflows.agent import AgentRunWorkflow
+from tooltrail.workflows.catalog import ToolCatalogWorkflow
 from tooltrail.workflows.session import CloseSessionWorkflow
 from tooltrail.workflows.turn import TurnWorkflow
 
@@ -114,7 +116,8 @@ def build_worker(
         scratch: session scratch directories (default: from the host).
         strict_sandbox: run the workflows under the sandbox's full watch (see
             ``sandbox_runner``); slower, for tests.
-        **worker_options: passed to ``temporalio.worker.Worker``.
+        **worker_options: passed to ``temporalio.worker.Worker``; the slots and the
+            workflow cache default to the settings (``Settings.worker_options``).
     """
     scratch = scratch or ScratchDirs(host.scratch_base, enabled=host.managed_scratch)
     dispatcher = ToolDispatcher(
@@ -150,19 +153,28 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[TurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow],
+        workflows=[TurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow, ToolCatalogWorkflow],
         activities=[
             tools.execute,
             audit.record,
             sessions.cleanup,
             recovery.reflect,
+            CatalogActivities(host).catalog,
             *extra_activities,
         ],
         workflow_runner=sandbox_runner(strict=strict_sandbox),
         # Database errors leave activities without the data they were writing.
         interceptors=[CleanDatabaseErrors(), *worker_options.pop("interceptors", ())],
-        **worker_options,
+        **{**_capacity(worker_options), **worker_options},
     )
+
+
+def _capacity(worker_options: dict[str, Any]) -> dict[str, Any]:
+    """The settings' slots and cache, unless the caller sizes the worker (or tunes it)."""
+    if "tuner" in worker_options:
+        # A tuner replaces the fixed slot counts; Temporal refuses both together.
+        return {"max_cached_workflows": Settings().max_cached_workflows}
+    return Settings().worker_options()
 
 
 def settings_data_converter(settings: Settings) -> DataConverter:
@@ -248,6 +260,7 @@ async def open_deployment(
     database_url: str | None = None,
     migrate: bool = False,
     client: ClientFactory | None = None,
+    engine_options: dict[str, Any] | None = None,
 ) -> AsyncIterator[Deployment]:
     """Open what ``connect``, ``local`` and ``worker`` run on; close the store on exit.
 
@@ -265,6 +278,7 @@ async def open_deployment(
         migrate: upgrade the database to the migrations' head instead of checking it.
         client: makes the client instead of connecting to ``temporal_address`` (the
             embedded server's client, say); gets the settings.
+        engine_options: for the database engine (``pool_size``, ...; default: the settings').
 
     Raises:
         DatabaseSchemaError: the database is not at the migrations' head (and not
@@ -286,7 +300,7 @@ async def open_deployment(
         )
     else:
         temporal = await client(settings)
-    store = AuditStore(url)
+    store = AuditStore(url, **(engine_options or {}))
     try:
         yield Deployment(
             settings=settings,
@@ -308,12 +322,17 @@ async def worker(
     task_queue: str | None = None,
     database_url: str | None = None,
     graceful_shutdown: timedelta = timedelta(seconds=20),
+    engine_options: dict[str, Any] | None = None,
+    **worker_options: Any,
 ) -> AsyncIterator[Worker]:
     """Run a tooltrail worker against an existing Temporal cluster while the block runs.
 
     Options default to the settings (``TOOLTRAIL_*`` environment variables). The database must
     be migrated (``tooltrail db upgrade``). On exit, running tool attempts get
     ``graceful_shutdown`` to finish before they are cancelled (and retried elsewhere).
+    ``engine_options`` go to the database engine (``pool_size``, ``max_overflow``, ...), the
+    other keyword arguments to ``build_worker`` (slots, workflow cache); both default to the
+    settings.
 
     Raises:
         DatabaseSchemaError: the database is not at the migrations' head.
@@ -324,6 +343,7 @@ async def worker(
         namespace=namespace,
         task_queue=task_queue,
         database_url=database_url,
+        engine_options=engine_options,
     ) as deployment:
         running = build_worker(
             deployment.client,
@@ -331,6 +351,7 @@ async def worker(
             task_queue=deployment.task_queue,
             store=deployment.store,
             graceful_shutdown_timeout=graceful_shutdown,
+            **worker_options,
         )
         async with running:
             yield running

@@ -1115,8 +1115,15 @@ class TurnWorkflow:
     ) -> ApprovalInput | None:
         """Park the call until the ``approval`` Update arrives or the timeout passes."""
         await self._checkpoint(force=True)  # a human may look at the trail meanwhile
+        # A query's answer, not history: adding the times changes no replay.
+        asked_at = workflow.now()
         self._waiting[call.id] = PendingApproval(
-            tool_call_id=call.id, tool_name=tool_name, question=question, arguments=arguments
+            tool_call_id=call.id,
+            tool_name=tool_name,
+            question=question,
+            arguments=arguments,
+            asked_at=asked_at,
+            deadline=asked_at + timedelta(seconds=self._input.config.approval_timeout_s),
         )
         try:
             await workflow.wait_condition(
