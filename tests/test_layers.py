@@ -31,7 +31,19 @@ WORKFLOW_MODULES = (
     "tooltrail.workflows.turn",
 )
 # Third-party packages that mean I/O (or its configuration) and have no place in workflow code.
-IMPURE = ("sqlalchemy", "aiosqlite", "asyncpg", "httpx", "mcp", "rich", "typer", "cryptography")
+IMPURE = (
+    "sqlalchemy",
+    "aiosqlite",
+    "asyncpg",
+    "httpx",
+    "httpx2",
+    "openai",
+    "anthropic",
+    "mcp",
+    "rich",
+    "typer",
+    "cryptography",
+)
 
 
 def _python(code: str, *, cwd: Path = ROOT, env: dict[str, str] | None = None) -> str:
