@@ -180,9 +180,11 @@ def _refuse_truncated(response: ModelResponse, request: ModelRequest) -> None:
         what = f"in the middle of its tool calls ({names}); none of them was run"
     else:
         what = "before it said anything (thinking may have used the whole budget)"
+    advice = "raise ModelSettings.max_tokens"
+    if isinstance(request.thinking, int):
+        advice += " or lower its thinking budget"
     raise ApplicationError(
-        f"the model's answer was cut off by {budget} {what}: "
-        "raise ModelSettings.max_tokens (or lower the thinking budget)",
+        f"the model's answer was cut off by {budget} {what}: {advice}",
         {"stop_reason": response.stop_reason, "output_tokens": response.usage.output_tokens},
         type=MODEL_OUTPUT_TRUNCATED,
         non_retryable=True,
