@@ -246,14 +246,26 @@ async def test_openai_temperature_only_for_families_that_take_it(
     assert len(warnings) == (0 if sent else 1)  # once per model, not per request
 
 
-async def test_openai_max_tokens_field_for_older_servers(server: LLMServer) -> None:
+async def test_openai_max_tokens_field_for_older_servers(
+    server: LLMServer, caplog: pytest.LogCaptureFixture
+) -> None:
     server.reply(200, openai_completion("ok"))
-    async with OpenAIChatClient(
-        server.url, model="m", max_tokens_field="max_tokens", timeout_s=30
-    ) as client:
-        await client.complete(ModelRequest(messages=[Message.user("hi")], max_tokens=9))
+    with caplog.at_level(logging.WARNING, logger="tooltrail.model"):
+        async with OpenAIChatClient(
+            server.url, model="m", max_tokens_field="max_tokens", timeout_s=30
+        ) as client:
+            await client.complete(
+                ModelRequest(
+                    messages=[Message.user("hi")], max_tokens=9, thinking=2048, prompt_caching=True
+                )
+            )
     [sent] = server.requests
-    assert sent.body["max_tokens"] == 9 and "max_completion_tokens" not in sent.body
+    assert sent.body == {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 9,  # and nothing of Anthropic's settings
+    }
+    assert "thinking is not sent to model 'm'" in caplog.text
     assert sent.headers["x-stainless-read-timeout"] == "30"
 
 
@@ -913,6 +925,14 @@ def test_new_fields_travel_only_when_set() -> None:
     assert Usage(input_tokens=1, cache_read_tokens=1) + Usage(
         output_tokens=2, cache_write_tokens=3
     ) == Usage(input_tokens=1, output_tokens=2, cache_read_tokens=1, cache_write_tokens=3)
+
+
+def test_a_thinking_budget_is_a_real_number() -> None:
+    assert ModelSettings(thinking=4096).thinking == 4096
+    assert ModelSettings.model_validate_json('{"thinking": "adaptive"}').thinking == "adaptive"
+    for wrong in (True, "4096", "on"):
+        with pytest.raises(ValueError, match="thinking"):
+            ModelSettings(thinking=wrong)  # type: ignore[arg-type]
 
 
 def test_message_from_dispatch_result() -> None:

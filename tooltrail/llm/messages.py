@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     Field,
     SerializerFunctionWrapHandler,
+    StrictInt,
     model_serializer,
     model_validator,
 )
@@ -69,9 +70,10 @@ StopReason = Literal[
 TRUNCATED_STOP_REASONS: frozenset[str] = frozenset({"max_tokens", "model_context_window_exceeded"})
 """Stop reasons of an answer that was cut off: its tool calls may be incomplete."""
 
-ThinkingSetting = int | Literal["adaptive", "disabled"]
+ThinkingSetting = StrictInt | Literal["adaptive", "disabled"]
 """Anthropic extended thinking: a budget in tokens (manual thinking, at least 1024 and below
-``max_tokens``), ``"adaptive"`` (the model decides how much to think) or ``"disabled"``."""
+``max_tokens``), ``"adaptive"`` (the model decides how much to think) or ``"disabled"``.
+Strict, so that ``True`` is refused rather than read as a budget of one token."""
 
 
 def _drop_defaults(

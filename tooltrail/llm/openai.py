@@ -11,6 +11,7 @@ Today's request rules, where the neutral request meets Chat Completions:
   compatible servers that do not know the new one;
 - ``temperature`` is sent only to model families that take it: not to the reasoning
   families (``o1``, ``o3``, ``o4``..., ``gpt-5`` and later, ``codex``), which refuse it;
+- ``thinking`` is Anthropic's: it is not sent (with a warning);
 - no blank assistant text is sent, and a failed tool result with no text says
   ``tool '<name>' failed without a message``;
 - a ``refusal`` is read as one (``Message.refusal``, stop reason ``refusal``), and sent back
@@ -271,6 +272,8 @@ class OpenAIChatClient(SDKModelClient):
                 self._drop_once("temperature", model, "reasoning models refuse it")
         if request.max_tokens is not None:
             body[self.max_tokens_field] = request.max_tokens
+        if request.thinking is not None:
+            self._drop_once("thinking", model, "Chat Completions has no thinking switch")
         return body
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
