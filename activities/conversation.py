@@ -178,11 +178,16 @@ def _refuse_truncated(response: ModelResponse, request: ModelRequest) -> None:
     if message.tool_calls:
         names = ", ".join(sorted({call.name for call in message.tool_calls}))
         what = f"in the middle of its tool calls ({names}); none of them was run"
-    else:
+    elif response.stop_reason == "max_tokens":
         what = "before it said anything (thinking may have used the whole budget)"
-    advice = "raise ModelSettings.max_tokens"
-    if isinstance(request.thinking, int):
-        advice += " or lower its thinking budget"
+    else:
+        what = "before it said anything"
+    if response.stop_reason != "max_tokens":
+        advice = "the conversation has outgrown the model's context window"
+    else:
+        advice = "raise ModelSettings.max_tokens"
+        if isinstance(request.thinking, int):
+            advice += " or lower its thinking budget"
     raise ApplicationError(
         f"the model's answer was cut off by {budget} {what}: {advice}",
         {"stop_reason": response.stop_reason, "output_tokens": response.usage.output_tokens},

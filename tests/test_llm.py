@@ -1131,7 +1131,8 @@ async def test_the_activity_keeps_thinking_in_sql_and_out_of_the_outcome(
         ),
         (
             anthropic_message(stop_reason="model_context_window_exceeded"),
-            r"cut off by the context window before it said anything",
+            r"cut off by the context window before it said anything: the conversation has "
+            r"outgrown the model's context window$",
         ),
     ],
 )
