@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests import cli_tools
-from tests.cli_runner import error_lines, run_cli
 from tests.conftest import StackFactory
+from tests.support import cli_tools
+from tests.support.cli_runner import error_lines, run_cli
 from tooltrail import RunConfig, ToolCall, Tooltrail
 from tooltrail.db.migrate import head_revision, upgrade
 from tooltrail.replays import NOT_RECORDED
 
-TOOLS = "tests.cli_tools:host"
+TOOLS = "tests.support.cli_tools:host"
 
 
 def address_of(env: WorkflowEnvironment) -> str:
@@ -60,8 +60,8 @@ def pure_json(done: subprocess.CompletedProcess[str]) -> Any:
     [
         (["worker", "--tools", "nosuch:x"], "cannot import 'nosuch' for --tools"),
         (["rerun", "turn-x", "--tools", "nosuch:x"], "cannot import 'nosuch'"),
-        (["run", "hi", "--tools", "tests.cli_tools:nothing"], "has no attribute 'nothing'"),
-        (["worker", "--tools", "tests.cli_tools"], "must look like MODULE:ATTR"),
+        (["run", "hi", "--tools", "tests.support.cli_tools:nothing"], "has no attribute 'nothing'"),
+        (["worker", "--tools", "tests.support.cli_tools"], "must look like MODULE:ATTR"),
     ],
 )
 def test_a_bad_tools_path_is_one_line(tmp_path: Path, args: list[str], expected: str) -> None:

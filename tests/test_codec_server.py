@@ -26,7 +26,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from tests.cli_runner import ROOT, TOOLTRAIL, env_for, run_cli
+from tests.support.cli_runner import ROOT, TOOLTRAIL, env_for, run_cli
 from tooltrail import ConfigurationError, Host, ToolCall, Tooltrail, tool
 from tooltrail.codec import ENCODING, AesGcmCodec, generate_key
 from tooltrail.codec_server import ALLOWED_HEADERS, COOKIE, build_app

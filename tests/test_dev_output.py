@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_runner import ROOT, TOOLTRAIL, env_for, run_cli
+from tests.support.cli_runner import ROOT, TOOLTRAIL, env_for, run_cli
 
 PASSWORD = f"pw-{uuid.uuid4().hex}"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 
-from tests.cli_runner import run_cli
+from tests.support.cli_runner import run_cli
 from tooltrail import ConfigurationError, embedded
 from tooltrail.embedded import server_environment, start_dev_server
 

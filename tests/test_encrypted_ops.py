@@ -22,7 +22,7 @@ from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
 
 from tests import crash_tools
-from tests.cli_runner import run_cli
+from tests.support.cli_runner import run_cli
 from tests.test_codec import base64_forms, leaks
 from tooltrail import LoopDetected, LoopDetection, RunConfig, ToolCall, Tooltrail
 from tooltrail.codec import ENCODING, codec_from_settings, data_converter, generate_key
@@ -153,7 +153,7 @@ async def test_export_replay_rerun_and_shadow_with_codec_keys(
 
         common = [
             "--tools",
-            "tests.crash_tools:host",
+            "tests.support.crash_tools:host",
             "--temporal-address",
             address,
             "--task-queue",

@@ -35,7 +35,19 @@ WORKFLOW_MODULES = (
     "tooltrail.workflows.turn",
 )
 # Third-party packages that mean I/O (or its configuration) and have no place in workflow code.
-IMPURE = ("sqlalchemy", "aiosqlite", "asyncpg", "httpx", "mcp", "rich", "typer", "cryptography")
+IMPURE = (
+    "sqlalchemy",
+    "aiosqlite",
+    "asyncpg",
+    "httpx",
+    "httpx2",
+    "openai",
+    "anthropic",
+    "mcp",
+    "rich",
+    "typer",
+    "cryptography",
+)
 # SQL and its drivers: imported by the database layer only.
 SQL = ("sqlalchemy", "alembic", "aiosqlite", "asyncpg")
 DATABASE_LAYER = "tooltrail.db"

@@ -457,7 +457,7 @@ async def test_worker_command_serves_mcp_tools_to_a_client_that_learns_their_nam
 
     import tooltrail
     from tests import cli_tools
-    from tests.cli_runner import ROOT, TOOLTRAIL, env_for
+    from tests.support.cli_runner import ROOT, TOOLTRAIL, env_for
 
     address = temporal_env.client.service_client.config.target_host
     task_queue = f"mcp-cli-{uuid.uuid4()}"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli_runner import ROOT, env_for
+from tests.support.cli_runner import ROOT, env_for
 from tooltrail import LoopDetected
 
 RUNS = 12

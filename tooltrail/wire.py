@@ -22,7 +22,7 @@ from pydantic import (
 from tooltrail.config import LARGE_OUTPUT_BYTES, RunConfig
 from tooltrail.detection import LoopDetector
 from tooltrail.hooks import HookDecision
-from tooltrail.llm.messages import Message, ModelResponse, Usage
+from tooltrail.llm.messages import Message, ModelResponse, ThinkingSetting, Usage
 from tooltrail.memoize import MemoCache, MemoPlan
 from tooltrail.planner import CallVerdict
 from tooltrail.recovery import Analysis
@@ -323,6 +323,8 @@ class TurnOutput(BaseModel):
     """With a model phase: the model's answer (its text and tool calls)."""
     usage: Usage | None = None
     """With a model phase: the tokens the model call spent."""
+    stop_reason: str | None = None
+    """With a model phase: why the model stopped (``ModelResponse.stop_reason``)."""
     session: SessionState | None = None
     """The session's state as this turn left it, for an agent run's next turn in runs
     recorded before ``ModelPhase.state_in_db`` (other turns load it from the database,
@@ -497,7 +499,18 @@ class ModelSettings(BaseModel):
     model: str | None = None
     """The model name (default: the worker's client default)."""
     temperature: float | None = None
+    """Sampling temperature, sent only to models that take one (not to Anthropic's, nor to
+    OpenAI's reasoning families: there it is dropped with a warning, and the run goes on)."""
     max_tokens: int | None = None
+    """Most tokens to generate, thinking included (OpenAI ``max_completion_tokens``);
+    ``None``: the client's default (Anthropic 8192, plus the thinking budget)."""
+    thinking: ThinkingSetting | None = None
+    """Anthropic extended thinking: a budget in tokens (at least 1024, below
+    ``max_tokens``), ``"adaptive"`` or ``"disabled"``; ``None`` leaves the model's default.
+    The thinking blocks are kept in the conversation and sent back with the tool results."""
+    prompt_caching: bool = False
+    """Anthropic prompt caching of the system prompt and the tool definitions (OpenAI
+    caches long prompts by itself); the cached tokens are counted in ``Usage``."""
 
 
 class ModelPhase(BaseModel):
@@ -592,6 +605,11 @@ class AgentRunOutput(BaseModel):
     """The turn ids, in order."""
     usage: Usage
     stopped_by: Literal["answer", "max_turns"]
+    stop_reason: str | None = None
+    """Why the model stopped in the last turn (``StopReason``): ``end_turn`` for an answer,
+    ``refusal`` when it declined (``text`` is then its refusal), ``max_tokens`` for an
+    answer cut short, ``tool_use`` when ``max_turns`` ended the run, ... ``None`` in runs
+    recorded before it was reported."""
 
 
 class AgentProgress(BaseModel):

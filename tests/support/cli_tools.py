@@ -1,4 +1,4 @@
-"""Tools and hooks for the command-line contract tests (``--tools tests.cli_tools:host``).
+"""Tools and hooks for the command-line contract tests (``--tools tests.support.cli_tools:host``).
 
 The worker runs in the test process; the ``tooltrail`` subprocess imports this module only
 to describe the tools to the turns it starts. ``behaviour`` steers the in-process tools.
