@@ -21,7 +21,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
 
-from tests import crash_tools
+from tests.support import crash_tools
 from tests.support.cli_runner import run_cli
 from tests.test_codec import base64_forms, leaks
 from tooltrail import LoopDetected, LoopDetection, RunConfig, ToolCall, Tooltrail

@@ -456,7 +456,7 @@ async def test_worker_command_serves_mcp_tools_to_a_client_that_learns_their_nam
     import uuid
 
     import tooltrail
-    from tests import cli_tools
+    from tests.support import cli_tools
     from tests.support.cli_runner import ROOT, TOOLTRAIL, env_for
 
     address = temporal_env.client.service_client.config.target_host
