@@ -467,7 +467,7 @@ async def test_worker_command_serves_mcp_tools_to_a_client_that_learns_their_nam
         *TOOLTRAIL,
         "worker",
         "--tools",
-        "tests.cli_tools:host",
+        "tests.support.cli_tools:host",
         "--mcp",
         server,
         cwd=ROOT,
