@@ -162,11 +162,11 @@ async def test_export_replay_rerun_and_shadow_with_codec_keys(
             sqlite_url,
             "--json",
         ]
-        for mode in ([], ["--shadow"]):
+        for mode in (["--yes"], ["--shadow"]):
             rerun = await cli(["rerun", turn.turn_id, *mode, *common], tmp_path)
             assert rerun.returncode == 0, rerun.stdout + rerun.stderr
             report = json.loads(rerun.stdout)
-            assert report["mode"] == ("shadow" if mode else "rerun")
+            assert report["mode"] == ("shadow" if mode == ["--shadow"] else "rerun")
             assert report["divergences"] == []
             new = await tt.get_turn(report["new_turn_id"]).result()
             assert [r.output for r in new.results] == [SECRET]
