@@ -37,7 +37,7 @@ dev: $(STAMP)
 
 ## Re-record the replay corpus tests/histories/ (only for new pipeline paths).
 histories: $(STAMP)
-	$(BIN)/python -m tests.history_scenarios
+	$(BIN)/python -m tests.support.history_scenarios
 
 ## A longer randomized fault run (workers killed and restarted); prints the figures.
 faults: $(STAMP)

@@ -5,6 +5,17 @@ results) at positions the workflow chose, then asks the model and stores the ans
 them. Every write is keyed on (run, position), so a retried activity writes nothing twice;
 and when the answer is already stored (the worker died after storing it), the retry returns
 it instead of asking the model again.
+
+Two decisions about an answer are made here, so the workflows need not know providers:
+
+- an answer cut off by ``max_tokens`` (or the context window) that asks for tools, or that
+  says nothing at all (thinking used the whole budget), is never stored nor run: the
+  activity fails for good with ``ModelOutputTruncated``, which the turn reports as
+  ``TurnFailed("model call failed: ...")`` naming the budget to raise. A cut-off answer with
+  text is an answer: the run returns it, with ``stop_reason="max_tokens"``;
+- the thinking blocks of an answer are stored with it in the conversation (the next model
+  call sends them back with the tool results), but the answer the workflow receives leaves
+  them out: they can be long, and the workflow history need not hold them.
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from tooltrail.activities.planning import TurnPlanner
 from tooltrail.activities.tool_execution import Recorder, heartbeating
@@ -24,9 +36,15 @@ from tooltrail.db.store import (
     load_session_state,
     store_answer,
 )
-from tooltrail.llm.errors import to_application_error
-from tooltrail.llm.messages import ModelClient, ModelRequest, ModelResponse
+from tooltrail.llm.errors import MODEL_OUTPUT_TRUNCATED, to_application_error
+from tooltrail.llm.messages import (
+    TRUNCATED_STOP_REASONS,
+    ModelClient,
+    ModelRequest,
+    ModelResponse,
+)
 from tooltrail.results import Part
+from tooltrail.telemetry import chat_span
 from tooltrail.text import render_text
 from tooltrail.wire import MODEL_TURN, ModelTurnOutcome, ModelTurnRequest, SessionState, TurnPlan
 
@@ -80,7 +98,7 @@ class ConversationActivities:
         previous = next((answer for seq, _, answer in stored if seq == answer_seq), None)
         if previous is not None:
             return ModelTurnOutcome(
-                response=previous,
+                response=_for_history(previous),
                 flushed=flushed,
                 reused=True,
                 plan=self._plan(inp, previous, state),
@@ -102,16 +120,34 @@ class ConversationActivities:
             model=phase.settings.model,
             temperature=phase.settings.temperature,
             max_tokens=phase.settings.max_tokens,
+            thinking=phase.settings.thinking,
+            prompt_caching=phase.settings.prompt_caching,
         )
         try:
-            async with heartbeating(at_once=False):
-                response = await self.client.complete(request)
+            with chat_span(
+                self.client,
+                model=request.model,
+                temperature=request.temperature,
+                max_tokens=request.max_tokens,
+                session_id=inp.session_id,
+            ) as span:
+                async with heartbeating(at_once=False):
+                    response = await self.client.complete(request)
+                span.finish(
+                    input_tokens=response.usage.input_tokens,
+                    output_tokens=response.usage.output_tokens,
+                    finish_reason=response.stop_reason,
+                    response_id=response.raw_id,
+                )
         except Exception as exc:
             raise to_application_error(exc) from exc
+        _refuse_truncated(response, request)
         async with self.recorder.store.sessions.begin() as session:
             await store_answer(session, run_id=phase.run_id, seq=answer_seq, response=response)
         return ModelTurnOutcome(
-            response=response, flushed=flushed, plan=self._plan(inp, response, state)
+            response=_for_history(response),
+            flushed=flushed,
+            plan=self._plan(inp, response, state),
         )
 
     def _catalog(self, inp: ModelTurnRequest) -> list[dict[str, Any]]:
@@ -143,6 +179,53 @@ class ConversationActivities:
         if state is not None:
             plan.session = state
         return plan
+
+
+def _refuse_truncated(response: ModelResponse, request: ModelRequest) -> None:
+    """Fail for good on an answer cut off while it asked for tools, or before any text.
+
+    Its tool calls may be incomplete (the last one's arguments cut in the middle), and
+    asking again with the same budget would most likely cut it again.
+
+    Raises:
+        ApplicationError: ``ModelOutputTruncated``, not retryable.
+    """
+    if response.stop_reason not in TRUNCATED_STOP_REASONS:
+        return
+    message = response.message
+    if not message.tool_calls and message.content.strip():
+        return  # a text answer cut short is still an answer; its stop reason says so
+    budget = "the context window" if response.stop_reason != "max_tokens" else "max_tokens"
+    if request.max_tokens is not None and response.stop_reason == "max_tokens":
+        budget = f"max_tokens={request.max_tokens}"
+    if message.tool_calls:
+        names = ", ".join(sorted({call.name for call in message.tool_calls}))
+        what = f"in the middle of its tool calls ({names}); none of them was run"
+    elif response.stop_reason == "max_tokens":
+        what = "before it said anything (thinking may have used the whole budget)"
+    else:
+        what = "before it said anything"
+    if response.stop_reason != "max_tokens":
+        advice = "the conversation has outgrown the model's context window"
+    else:
+        advice = "raise ModelSettings.max_tokens"
+        if isinstance(request.thinking, int):
+            advice += " or lower its thinking budget"
+    raise ApplicationError(
+        f"the model's answer was cut off by {budget} {what}: {advice}",
+        {"stop_reason": response.stop_reason, "output_tokens": response.usage.output_tokens},
+        type=MODEL_OUTPUT_TRUNCATED,
+        non_retryable=True,
+    )
+
+
+def _for_history(response: ModelResponse) -> ModelResponse:
+    """The answer without its thinking blocks (they stay in the conversation in SQL)."""
+    if not response.message.thinking:
+        return response
+    return response.model_copy(
+        update={"message": response.message.model_copy(update={"thinking": []})}
+    )
 
 
 _OUTPUT = TypeAdapter(str | list[Part])

@@ -16,6 +16,7 @@ from temporalio import activity
 from tooltrail.activities.tool_execution import heartbeating
 from tooltrail.llm.errors import ModelError, ModelHTTPError, to_application_error
 from tooltrail.llm.messages import MODEL_COMPLETE, ModelClient, ModelRequest, ModelResponse
+from tooltrail.telemetry import chat_span
 
 __all__ = ["ModelActivities"]
 
@@ -43,8 +44,21 @@ class ModelActivities:
                 ``ModelScriptExhausted`` are not.
         """
         try:
-            async with heartbeating(at_once=False):
-                return await self.client.complete(request)
+            with chat_span(
+                self.client,
+                model=request.model,
+                temperature=request.temperature,
+                max_tokens=request.max_tokens,
+            ) as span:
+                async with heartbeating(at_once=False):
+                    response = await self.client.complete(request)
+                span.finish(
+                    input_tokens=response.usage.input_tokens,
+                    output_tokens=response.usage.output_tokens,
+                    finish_reason=response.stop_reason,
+                    response_id=response.raw_id,
+                )
+                return response
         except (ModelError, httpx.TransportError) as exc:
             error = to_application_error(exc)
             status = exc.status if isinstance(exc, ModelHTTPError) else None

@@ -20,12 +20,13 @@ import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 from pydantic_core import to_jsonable_python
 from temporalio import activity
 
-from tooltrail.breaker import CircuitBreaker, HealthStore
+from tooltrail.breaker import CircuitBreaker
+from tooltrail.db.health import HealthStore
 from tooltrail.db.store import AuditStore
 from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.envelopes import seal_outcome
@@ -40,8 +41,9 @@ from tooltrail.middleware import (
     run_pipeline,
 )
 from tooltrail.observers import deliver
+from tooltrail.replays import NOT_RECORDED
 from tooltrail.scratch import ScratchDirs
-from tooltrail.telemetry import record_breaker_state, record_call, record_retry
+from tooltrail.telemetry import record_breaker_state, record_call, record_retry, tool_span
 from tooltrail.text import BREAKER_OPEN, MEMORY_FIELD_LIMIT, not_found, render_text, stable_hash
 from tooltrail.tools import ArgumentsRejected, ToolContext, ToolRegistry
 from tooltrail.wire import (
@@ -220,9 +222,33 @@ class ToolActivities:
         if not inp.turn_id:
             # The workflow leaves its own id out (every byte of the input is history).
             inp.turn_id = activity.info().workflow_id or ""
-        # Every log line of this attempt names the turn, the call and the attempt.
-        with call_context(inp.turn_id, inp.tool_call_id, inp.attempt):
+        # Every log line of this attempt names the turn, the call and the attempt; a real
+        # attempt (one that may run the tool) has its own span, named after the tool.
+        with (
+            call_context(inp.turn_id, inp.tool_call_id, inp.attempt),
+            tool_span(
+                inp.tool_name,
+                tool_call_id=inp.tool_call_id,
+                session_id=inp.session_id,
+                turn_id=inp.turn_id,
+                attempt=inp.attempt,
+                enabled=not (inp.hooks_only or inp.shadow),
+            ) as span,
+        ):
             outcome = await self._execute(inp)
+            match outcome:
+                case Ran() | ShadowServed():
+                    span.finish(
+                        is_error=outcome.is_error, resolved_tool_name=outcome.resolved_tool_name
+                    )
+                case HookRefused():
+                    span.finish(is_error=True, refused_by="hook")
+                case BreakerRefused():
+                    span.finish(is_error=True, refused_by="breaker")
+                case HooksPassed():
+                    span.finish(is_error=False)
+                case _:
+                    assert_never(outcome)
         if not (inp.hooks_only or inp.shadow):
             if inp.attempt > 0:
                 record_retry(inp.tool_name)
@@ -321,10 +347,9 @@ class ToolActivities:
             return soft(str(rejected))
         recorded = inp.recorded
         if recorded is None:
-            return soft(
-                f"shadow replay: the original turn has no result for attempt {inp.attempt} "
-                f"of call {inp.tool_call_id!r}"
-            )
+            # The original attempt never ran its body (refused, or never reached): what the
+            # tool would answer now is unknown, and the report says so (replays.compare).
+            return soft(NOT_RECORDED)
         return ShadowServed(
             output=recorded.output,
             is_error=recorded.is_error,

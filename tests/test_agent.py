@@ -16,22 +16,25 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import StackFactory
 from tests.faults.history import intervals, max_overlap
-from tests.llm_server import LLMServer, openai_completion
-from tests.stand_ins import BrokenScratch, SlowModel
+from tests.support.llm_server import LLMServer, anthropic_message, openai_completion
+from tests.support.stand_ins import BrokenScratch, SlowModel
 from tooltrail import (
     Host,
     LoopDetected,
     LoopDetection,
     RunConfig,
+    ToolError,
     Tooltrail,
     TurnCancelled,
     TurnFailed,
     tool,
 )
 from tooltrail.db.store import AuditStore
+from tooltrail.llm.anthropic import AnthropicMessagesClient
+from tooltrail.llm.messages import Thinking, Usage
 from tooltrail.llm.openai import OpenAIChatClient
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
-from tooltrail.wire import TurnRecord
+from tooltrail.wire import ModelSettings, TurnRecord
 from tooltrail.worker import build_worker
 
 
@@ -66,6 +69,7 @@ async def test_a_multi_turn_run_over_http(stack: StackFactory) -> None:
             first_turn = await tt.audit(result.turns[0])
             progress = await handle.progress()
     assert (result.text, result.stopped_by, len(result.turns)) == ("The sum is 5.", "answer", 2)
+    assert result.stop_reason == "end_turn"
     assert (result.usage.input_tokens, result.usage.output_tokens) == (22, 14)
     assert progress.status == "done" and progress.turns == result.turns
     assert [m.role for m in conversation] == [
@@ -418,3 +422,209 @@ async def test_a_failing_scratch_cleanup_fails_neither_the_run_nor_close_session
         await store.close()
     assert (result.text, result.stopped_by) == ("done", "answer")
     assert closed is False
+
+
+# -- what the providers answer: stop reasons, refusals, thinking ----------------------------
+
+RAN: list[dict[str, Any]] = []
+
+
+@tool
+def record(x: int) -> str:
+    """Record a number (the tests check that it never ran)."""
+    RAN.append({"x": x})
+    return "recorded"
+
+
+@tool
+def fail_quietly() -> str:
+    """Fail without saying why."""
+    raise ToolError("")
+
+
+def provider_client(provider: str, server: LLMServer) -> OpenAIChatClient | AnthropicMessagesClient:
+    if provider == "openai":
+        return OpenAIChatClient(server.url, api_key="k", model="m")
+    return AnthropicMessagesClient(base_url=server.url, api_key="k", model="c")
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_tool_call_cut_off_by_max_tokens_is_never_run(
+    stack: StackFactory, provider: str
+) -> None:
+    # The model ran out of tokens in the middle of its call: the arguments may be cut short,
+    # so the call is not run, and the run fails saying which budget to raise.
+    RAN.clear()
+    with LLMServer() as server:
+        server.reply(
+            body=openai_completion(None, [("c1", "record", '{"x": 1')], finish_reason="length")
+            if provider == "openai"
+            else anthropic_message(
+                {"type": "tool_use", "id": "t1", "name": "record", "input": {"x": 1}},
+                stop_reason="max_tokens",
+            )
+        )
+        run_id = f"run-cut-{provider}"
+        async with stack(Host([record], model=provider_client(provider, server))) as tt:
+            with pytest.raises(TurnFailed) as failed:
+                await tt.run_agent(
+                    "record 1",
+                    session_id=run_id,
+                    run_id=run_id,
+                    model=ModelSettings(max_tokens=64),
+                )
+            events = await tt.audit(f"{run_id}-turn-0")
+            conversation = await tt.conversation(run_id)
+    assert str(failed.value) == (
+        f"turn '{run_id}' failed: TurnFailed: model call failed: ModelOutputTruncated: the "
+        "model's answer was cut off by max_tokens=64 in the middle of its tool calls (record); "
+        "none of them was run: raise ModelSettings.max_tokens"
+    )
+    assert RAN == []
+    assert len(server.requests) == 1  # final: not asked again
+    assert [e.kind for e in events] == ["turn_started", "turn_end"]
+    assert [m.role for m in conversation] == ["user"]
+
+
+async def test_an_answer_that_thinking_used_up_fails_the_run(stack: StackFactory) -> None:
+    # The thinking took the whole budget: no text, no call. Not an empty "answer".
+    with LLMServer() as server:
+        server.reply(
+            body=anthropic_message(
+                {"type": "thinking", "thinking": "Let me think at length", "signature": "s"},
+                stop_reason="max_tokens",
+            )
+        )
+        async with stack(Host([record], model=provider_client("anthropic", server))) as tt:
+            with pytest.raises(
+                TurnFailed,
+                match=r"before it said anything \(thinking may have used the whole budget\): "
+                r"raise ModelSettings.max_tokens or lower its thinking budget$",
+            ):
+                await tt.run_agent(
+                    "think", session_id="agent-thought", model=ModelSettings(thinking=1024)
+                )
+
+
+async def test_a_refusal_is_the_runs_answer(stack: StackFactory) -> None:
+    with LLMServer() as server:
+        server.reply(body=openai_completion(None, refusal="I can't help with that."))
+        async with stack(Host([record], model=provider_client("openai", server))) as tt:
+            result = await tt.run_agent("something bad", session_id="agent-refused")
+            conversation = await tt.conversation(result.run_id)
+    assert (result.text, result.stop_reason, result.stopped_by) == (
+        "I can't help with that.",
+        "refusal",
+        "answer",
+    )
+    assert conversation[-1].refusal == "I can't help with that."
+
+
+THINKING = [
+    Thinking(thinking="2 + 3: the add tool will do.", signature="U0lHTkFUVVJFLTE="),
+    Thinking(type="redacted_thinking", data="RU5DUllQVEVELTE="),
+]
+
+
+async def test_thinking_goes_back_with_the_tool_results(stack: StackFactory, db_url: str) -> None:
+    # Extended thinking on: the answer's thinking blocks are kept in the conversation (SQL)
+    # and sent back, unchanged and first, with the tool results; no history holds them.
+    blocks = [
+        {"type": "thinking", "thinking": THINKING[0].thinking, "signature": THINKING[0].signature},
+        {"type": "redacted_thinking", "data": THINKING[1].data},
+        {"type": "text", "text": "Adding."},
+        {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 2, "b": 3}},
+    ]
+    with LLMServer() as server:
+        server.reply(
+            body=anthropic_message(
+                *blocks,
+                stop_reason="tool_use",
+                input_tokens=10,
+                cache_creation_input_tokens=1500,
+                output_tokens=40,
+            )
+        )
+        server.reply(
+            body=anthropic_message(
+                {"type": "text", "text": "5"},
+                input_tokens=30,
+                cache_read_input_tokens=1500,
+                output_tokens=2,
+            )
+        )
+        async with stack(
+            Host([add], model=provider_client("anthropic", server)), database_url=db_url
+        ) as tt:
+            result = await tt.run_agent(
+                "What is 2 + 3?",
+                session_id=f"agent-thinking-{uuid.uuid4().hex[:6]}",
+                system="Be brief.",
+                model=ModelSettings(thinking=2048, prompt_caching=True),
+            )
+            conversation = await tt.conversation(result.run_id)
+            histories = [
+                raw(await tt.client.get_workflow_handle(workflow_id).fetch_history())
+                for workflow_id in [result.run_id, *result.turns]
+            ]
+    assert (result.text, result.stop_reason) == ("5", "end_turn")
+    first, second = (r.body for r in server.requests)
+    assert first["thinking"] == second["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert first["max_tokens"] == 8192 + 2048
+    assert first["system"] == [
+        {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}
+    ]
+    assert first["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert second["messages"][1:] == [
+        {"role": "assistant", "content": blocks},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "5"}],
+        },
+    ]
+    assert conversation[2].thinking == THINKING
+    for data in histories:
+        assert THINKING[0].signature.encode() not in data
+        assert THINKING[1].data.encode() not in data
+    # Every prompt token counted, the cache's share on its own.
+    assert result.usage == Usage(
+        input_tokens=1510 + 1530,
+        output_tokens=42,
+        cache_read_tokens=1500,
+        cache_write_tokens=1500,
+    )
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_an_empty_tool_error_reaches_the_model_with_a_fixed_text(
+    stack: StackFactory, provider: str
+) -> None:
+    with LLMServer() as server:
+        if provider == "openai":
+            server.reply(body=openai_completion(None, [("c1", "fail_quietly", "{}")]))
+            server.reply(body=openai_completion("It failed."))
+        else:
+            server.reply(
+                body=anthropic_message(
+                    {"type": "tool_use", "id": "c1", "name": "fail_quietly", "input": {}},
+                    stop_reason="tool_use",
+                )
+            )
+            server.reply(body=anthropic_message({"type": "text", "text": "It failed."}))
+        async with stack(Host([fail_quietly], model=provider_client(provider, server))) as tt:
+            result = await tt.run_agent("try it", session_id=f"agent-quiet-{provider}")
+            conversation = await tt.conversation(result.run_id)
+    assert result.text == "It failed."
+    tool_message = next(m for m in conversation if m.role == "tool")
+    assert (tool_message.content, tool_message.is_error) == ("", True)  # as the tool said
+    sent = server.requests[1].body["messages"][-1]
+    text = "tool 'fail_quietly' failed without a message"
+    if provider == "openai":
+        assert sent == {"role": "tool", "tool_call_id": "c1", "content": text}
+    else:
+        assert sent == {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "c1", "content": text, "is_error": True}
+            ],
+        }

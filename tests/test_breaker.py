@@ -1,5 +1,6 @@
-"""Circuit breakers (pipeline spec §11): the pure state machine, and HealthStore on real
-SQLite and PostgreSQL, including a single probe across concurrent workers."""
+"""Circuit breakers (pipeline spec §11): the pure state machine (``tooltrail.breaker``), and
+its store ``tooltrail.db.health.HealthStore`` on real SQLite and PostgreSQL, including a single
+probe across concurrent workers."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from tooltrail.breaker import (
     CircuitBreaker,
     CircuitBreakerConfig,
     Health,
-    HealthStore,
     allow_request,
     initial_state,
     is_tool_available,
@@ -25,6 +25,7 @@ from tooltrail.breaker import (
     record_success,
     would_allow_request,
 )
+from tooltrail.db.health import HealthStore
 from tooltrail.db.store import AuditStore
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -14,8 +14,8 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 import tooltrail
-from tests import crash_tools
-from tests.cli_runner import ROOT, TOOLTRAIL, env_for, run_cli
+from tests.support import crash_tools
+from tests.support.cli_runner import ROOT, TOOLTRAIL, env_for, run_cli
 from tooltrail import ConfigurationError, Host, ToolCall
 from tooltrail.cli import load_host
 from tooltrail.db.migrate import head_revision
@@ -43,6 +43,9 @@ def run(args: list[str], tmp_path: Path, timeout: float = 120) -> subprocess.Com
         ["rerun"],
         ["history", "export"],
         ["approve"],
+        ["codec-server"],
+        ["deny"],
+        ["approvals"],
     ],
 )
 def test_every_command_has_help(tmp_path: Path, command: list[str]) -> None:
@@ -68,7 +71,7 @@ def test_worker_refuses_an_unmigrated_database(
         [
             "worker",
             "--tools",
-            "tests.crash_tools:host",
+            "tests.support.crash_tools:host",
             "--temporal-address",
             address,
             "--database-url",
@@ -81,16 +84,16 @@ def test_worker_refuses_an_unmigrated_database(
 
 
 def test_load_host_accepts_hosts_registries_and_lists() -> None:
-    assert load_host("tests.crash_tools:host") is crash_tools.host
-    assert load_host("tests.crash_tools:echo").registry.names() == ["echo"]
+    assert load_host("tests.support.crash_tools:host") is crash_tools.host
+    assert load_host("tests.support.crash_tools:echo").registry.names() == ["echo"]
     with pytest.raises(ConfigurationError, match="MODULE:ATTR"):
-        load_host("tests.crash_tools")
+        load_host("tests.support.crash_tools")
     with pytest.raises(ConfigurationError, match="cannot import"):
         load_host("no_such_module_here:host")
     with pytest.raises(ConfigurationError, match="has no attribute"):
-        load_host("tests.crash_tools:nothing")
+        load_host("tests.support.crash_tools:nothing")
     with pytest.raises(ConfigurationError, match="expected a Host"):
-        load_host("tests.crash_tools:ROOT_NOT_THERE".replace("ROOT_NOT_THERE", "HOSTS"))
+        load_host("tests.support.crash_tools:ROOT_NOT_THERE".replace("ROOT_NOT_THERE", "HOSTS"))
 
 
 async def test_worker_process_serves_a_connected_client_and_audit_commands(
@@ -102,7 +105,7 @@ async def test_worker_process_serves_a_connected_client_and_audit_commands(
         *TOOLTRAIL,
         "worker",
         "--tools",
-        "tests.crash_tools:host",
+        "tests.support.crash_tools:host",
         cwd=ROOT,
         env={
             **env_for(tmp_path),
@@ -171,7 +174,7 @@ async def test_worker_process_serves_a_connected_client_and_audit_commands(
 def test_demo_runs_a_real_turn(tmp_path: Path) -> None:
     done = run(["demo", "--json"], tmp_path, timeout=180)
     assert done.returncode == 0, done.stderr
-    data = json.loads(done.stdout.strip().splitlines()[-1])
+    data = json.loads(done.stdout)  # stdout is the JSON alone: no server banner, no log line
     outputs = {r["tool_call_id"]: (r["output"], r["is_error"]) for r in data["results"]}
     assert outputs == {
         "call_1": ("saved 33 characters to note 'plan'", False),
@@ -199,7 +202,7 @@ def test_demo_runs_a_real_turn(tmp_path: Path) -> None:
 def test_run_a_one_shot_agent_against_an_openai_compatible_server(
     tmp_path: Path, flags: list[str]
 ) -> None:
-    from tests.llm_server import LLMServer, openai_completion
+    from tests.support.llm_server import LLMServer, openai_completion
 
     with LLMServer() as server:
         server.reply(
@@ -215,7 +218,7 @@ def test_run_a_one_shot_agent_against_an_openai_compatible_server(
             TOOLTRAIL_MODEL="test-model",
         )
     assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done.stdout)  # the JSON alone
     assert (result["text"], len(result["turns"])) == ("2 + 2 = 4", 2)
     assert server.requests[1].body["messages"][-1]["content"] == "4"
     assert server.requests[0].headers.get("authorization") == "Bearer sk-test-secret"

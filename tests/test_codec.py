@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
@@ -22,7 +23,9 @@ from temporalio.testing import WorkflowEnvironment
 from tooltrail import ConfigurationError, Host, ToolCall, Tooltrail, tool
 from tooltrail.codec import (
     ENCODING,
+    FORMAT_VERSION,
     KEY_ID_METADATA,
+    VERSION_METADATA,
     AesGcmCodec,
     PayloadDecryptionError,
     data_converter,
@@ -55,7 +58,11 @@ async def test_round_trip_restores_every_payload_exactly() -> None:
     encoded = await codec.encode(originals)
     assert len(encoded) == 3
     for original, sealed in zip(originals, encoded, strict=True):
-        assert dict(sealed.metadata) == {"encoding": ENCODING, KEY_ID_METADATA: b"k1"}
+        assert dict(sealed.metadata) == {
+            "encoding": ENCODING,
+            KEY_ID_METADATA: b"k1",
+            VERSION_METADATA: FORMAT_VERSION,
+        }
         assert original.data not in sealed.data or not original.data
         assert b"json/plain" not in sealed.data  # the original metadata is encrypted too
     assert await codec.decode(encoded) == originals
@@ -103,6 +110,34 @@ async def test_a_flipped_byte_fails_authentication(where: str) -> None:
         await codec.decode([tampered])
     assert "'k1'" in str(info.value)
     assert info.value.key_id == "k1"
+
+
+async def test_the_metadata_is_bound_to_the_ciphertext() -> None:
+    # Two keys under ids an attacker can swap: relabelling a payload, dropping its version
+    # marker (to pass it off as a pre-release payload without associated data) or changing
+    # its encoding all fail authentication.
+    codec = AesGcmCodec({"k1": K1, "k2": K1}, "k1")
+    (sealed,) = await codec.encode([plain()])
+    assert await codec.decode([sealed]) == [plain()]
+    relabelled = {**dict(sealed.metadata), KEY_ID_METADATA: b"k2"}
+    downgraded = {k: v for k, v in sealed.metadata.items() if k != VERSION_METADATA}
+    for metadata in (relabelled, downgraded):
+        with pytest.raises(PayloadDecryptionError, match="authentication failed"):
+            await codec.decode([Payload(metadata=metadata, data=sealed.data)])
+    future = {**dict(sealed.metadata), VERSION_METADATA: b"3"}
+    with pytest.raises(PayloadDecryptionError, match="unsupported encryption-version b'3'"):
+        await codec.decode([Payload(metadata=future, data=sealed.data)])
+
+
+async def test_pre_release_payloads_without_associated_data_still_decrypt() -> None:
+    # Version 1 (no marker, no associated data), as tooltrail wrote before this format.
+    original = plain(b'"written before the marker"')
+    nonce = os.urandom(12)
+    legacy = Payload(
+        metadata={"encoding": ENCODING, KEY_ID_METADATA: b"k1"},
+        data=nonce + AESGCM(K1).encrypt(nonce, original.SerializeToString(), None),
+    )
+    assert await AesGcmCodec({"k1": K1}, "k1").decode([legacy]) == [original]
 
 
 async def test_a_different_key_under_the_same_id_fails_authentication() -> None:

@@ -22,7 +22,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
-from tests import crash_tools
+from tests.support import crash_tools
 from tooltrail import FixedDelay, Host, RunConfig, ToolCall, Tooltrail
 from tooltrail.db.store import AuditStore
 from tooltrail.llm.messages import Message
@@ -39,7 +39,7 @@ async def start_worker_process(
 ) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        str(ROOT / "tests" / "crash_worker.py"),
+        str(ROOT / "tests" / "support" / "crash_worker.py"),
         address,
         task_queue,
         url,

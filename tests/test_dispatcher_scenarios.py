@@ -24,7 +24,7 @@ import types
 import uuid
 from collections import Counter
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 import pytest
@@ -32,6 +32,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
+from tests.support.clock import T0, FakeClock
 from tooltrail.access import (
     AccessConfig,
     AccessConfigFrozenError,
@@ -40,6 +41,7 @@ from tooltrail.access import (
     AuthorityScope,
     Principal,
 )
+from tooltrail.db.idempotency import SqlIdempotencyStore
 from tooltrail.db.store import AuditStore
 from tooltrail.dispatcher import DispatchResult, InMemoryAuditLog, ToolDispatcher
 from tooltrail.errors import DuplicateToolError, RegistryFrozenError
@@ -53,7 +55,6 @@ from tooltrail.idempotency import (
     IdempotencyKeyError,
     IdempotencyStoreUnavailable,
     InMemoryIdempotencyStore,
-    SqlIdempotencyStore,
     StoredOutcome,
     derive_key,
 )
@@ -67,7 +68,6 @@ from tooltrail.tools import (
 )
 from tooltrail.wire import TurnInput
 
-T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 P1 = Principal("p1")
 ALLOW_P1 = AccessConfig.allow_all(P1)
 GUARDRAIL = "guardrail violation: "
@@ -76,19 +76,6 @@ _T = TypeVar("_T")
 
 
 # -- setup of §10 -----------------------------------------------------------------------------
-
-
-class FakeClock:
-    """A clock that moves only when told to."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 class SpyStore:

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel, Field, field_validator
 
+from tests.support.clock import FakeClock
 from tooltrail import DuplicateToolError, RegistryFrozenError, ToolDefinitionError
 from tooltrail.guards import (
     Guard,
@@ -505,27 +506,18 @@ def test_pydantic_validators_reject_as_violations():
     )
 
 
-class Clock:
-    calls = 0
-
-    @classmethod
-    def now(cls) -> datetime:
-        cls.calls += 1
-        return datetime(2024, 1, 1, tzinfo=UTC)
-
-
 def test_default_factory_runs_once_per_validation():  # scenario 9
-    Clock.calls = 0
+    clock = FakeClock(datetime(2024, 1, 1, tzinfo=UTC))
 
     @tool
-    def t(when: datetime = Field(default_factory=Clock.now)) -> str:  # noqa: B008
+    def t(when: datetime = Field(default_factory=clock)) -> str:  # noqa: B008
         return when.isoformat()
 
     snapshot = t.validate({})
-    assert Clock.calls == 1
+    assert clock.calls == 1
     assert snapshot.canonical == b'{"when":"2024-01-01T00:00:00Z"}'
     assert snapshot.effective_arguments == '{"when":"2024-01-01T00:00:00Z"}'
-    assert Clock.calls == 1
+    assert clock.calls == 1
 
 
 def test_iso_string_coerces_to_datetime():

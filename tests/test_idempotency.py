@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from tests.support.clock import T0, FakeClock
+from tooltrail.db.idempotency import SqlIdempotencyStore
 from tooltrail.db.orm import IdempotencyRecordRow
 from tooltrail.db.store import AuditStore
 from tooltrail.errors import ToolDefinitionError, TooltrailError
@@ -35,7 +37,6 @@ from tooltrail.idempotency import (
     IdempotencyStore,
     IdempotencyStoreUnavailable,
     InMemoryIdempotencyStore,
-    SqlIdempotencyStore,
     StoredOutcome,
     busy_text,
     canonical_snapshot_text,
@@ -44,19 +45,6 @@ from tooltrail.idempotency import (
     run_idempotent,
 )
 from tooltrail.text import canonical_json
-
-T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 class Args(BaseModel):

@@ -103,3 +103,25 @@ async def test_a_turn_too_large_to_start_says_so(stack: StackFactory) -> None:
     async with stack(Host([take])) as tt:
         with pytest.raises(ConfigurationError, match="too large to start it"):
             await tt.run_turn(calls, session_id="large-6")
+
+
+async def test_fifty_megabytes_of_arguments_are_refused_before_any_rpc(
+    stack: StackFactory,
+) -> None:
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from tooltrail import ConfigurationError
+
+    @tool
+    def take(blob: str) -> int:
+        return len(blob)
+
+    # Past gRPC's 4 MiB message limit the server answers a raw RESOURCE_EXHAUSTED
+    # ("received message ... larger than max"); the client must say what is wrong instead.
+    calls = [ToolCall("c1", "take", {"blob": "z" * 50_000_000})]
+    async with stack(Host([take])) as tt:
+        with pytest.raises(ConfigurationError, match=r"too large to start it \(50000\d{3} bytes"):
+            await tt.run_turn(calls, session_id="large-7", turn_id="turn-fifty-megabytes")
+        with pytest.raises(RPCError) as missing:
+            await tt.get_turn("turn-fifty-megabytes").workflow_handle.describe()
+    assert missing.value.status == RPCStatusCode.NOT_FOUND, "nothing reached the server"

@@ -6,10 +6,13 @@
   order in which entry points happen to import things.
 - Workflow code imports only pure modules, and those are exactly what the production worker
   passes through Temporal's sandbox.
+- All SQL is in the database layer (``tooltrail.db``): the logic it serves (the breaker's state
+  machine, idempotency) loads no SQL at all.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import pkgutil
@@ -29,6 +32,7 @@ WORKFLOW_MODULES = (
     "tooltrail.workflows.agent",
     "tooltrail.workflows.approvals",
     "tooltrail.workflows.attempt",
+    "tooltrail.workflows.catalog",
     "tooltrail.workflows.failures",
     "tooltrail.workflows.planning",
     "tooltrail.workflows.recovery",
@@ -39,7 +43,24 @@ WORKFLOW_MODULES = (
 )
 MAX_WORKFLOW_MODULE_LINES = 500
 # Third-party packages that mean I/O (or its configuration) and have no place in workflow code.
-IMPURE = ("sqlalchemy", "aiosqlite", "asyncpg", "httpx", "mcp", "rich", "typer", "cryptography")
+IMPURE = (
+    "sqlalchemy",
+    "aiosqlite",
+    "asyncpg",
+    "httpx",
+    "httpx2",
+    "openai",
+    "anthropic",
+    "mcp",
+    "rich",
+    "typer",
+    "cryptography",
+)
+# SQL and its drivers: imported by the database layer only.
+SQL = ("sqlalchemy", "alembic", "aiosqlite", "asyncpg")
+DATABASE_LAYER = "tooltrail.db"
+# Logic whose state lives in SQL, kept apart from its store: pure of I/O imports, no SQL.
+SQL_FREE_LOGIC = ("tooltrail.breaker", "tooltrail.idempotency")
 
 
 def _python(code: str, *, cwd: Path = ROOT, env: dict[str, str] | None = None) -> str:
@@ -168,6 +189,55 @@ def test_the_pure_modules_load_nothing_impure() -> None:
     )
     assert sorted(m for m in loaded if m.split(".")[0] in IMPURE) == []
     assert {m for m in loaded if m.startswith("tooltrail.")} == set(PURE_MODULES)
+
+
+def _imported_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):  # every import, also those under TYPE_CHECKING or in functions
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def _module_sources() -> dict[str, Path]:
+    # os.walk with followlinks: tooltrail/workflows and tooltrail/activities are symbolic links.
+    package = Path(tooltrail.__file__).parent
+    sources = {}
+    for directory, _dirs, files in os.walk(package, followlinks=True):
+        for file in files:
+            if file.endswith(".py"):
+                path = Path(directory) / file
+                parts = path.relative_to(package.parent).with_suffix("").parts
+                name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+                sources[name] = path
+    return sources
+
+
+def test_only_the_database_layer_imports_sql() -> None:
+    sources = _module_sources()
+    assert "tooltrail.workflows.turn" in sources and "tooltrail.db.health" in sources
+    offenders = {
+        name: sorted(
+            n for n in _imported_names(ast.parse(path.read_text())) if n.split(".")[0] in SQL
+        )
+        for name, path in sources.items()
+        if name != DATABASE_LAYER and not name.startswith(DATABASE_LAYER + ".")
+    }
+    assert {name: found for name, found in offenders.items() if found} == {}
+
+
+def test_the_logic_of_the_sql_stores_loads_no_sql() -> None:
+    loaded = json.loads(
+        _python(
+            "import json, sys\n"
+            + "".join(f"import {m}\n" for m in SQL_FREE_LOGIC)
+            + "print(json.dumps(sorted(sys.modules)))"
+        )
+    )
+    assert sorted(m for m in loaded if m.split(".")[0] in (*IMPURE, *SQL)) == []
+    assert sorted(m for m in loaded if m.startswith(DATABASE_LAYER)) == []
 
 
 @pytest.fixture(scope="module")

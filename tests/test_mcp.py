@@ -1,8 +1,9 @@
-"""MCP toolsets against a real MCP server process (``tests/mcp_server.py``)."""
+"""MCP toolsets against a real MCP server process (``tests/support/mcp_server.py``)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -14,15 +15,16 @@ from pathlib import Path
 
 import pytest
 from mcp.types import CallToolResult, ImageContent, TextContent
+from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import StackFactory
-from tests.mcp_server import BROKEN_MESSAGE
+from tests.support.mcp_server import BROKEN_MESSAGE
 from tooltrail import ConfigurationError, Host, ToolCall, ToolRegistry, tool
 from tooltrail.errors import DuplicateToolError, RegistryFrozenError, ToolError
 from tooltrail.mcp import McpServerUnavailable, McpToolset, register_mcp_server, result_value
 from tooltrail.results import ImagePart, TextPart, ToolOutput
 
-SERVER = str(Path(__file__).with_name("mcp_server.py"))
+SERVER = str(Path(__file__).parent / "support" / "mcp_server.py")
 COMMAND = [sys.executable, SERVER]
 
 Toolset = tuple[ToolRegistry, McpToolset]
@@ -264,7 +266,7 @@ def free_port() -> int:
 
 
 class HttpServer:
-    """``tests/mcp_server.py --http`` in a subprocess, restartable on the same port."""
+    """``tests/support/mcp_server.py --http`` in a subprocess, restartable on the same port."""
 
     def __init__(self, log_path: Path) -> None:
         self.port = free_port()
@@ -357,3 +359,157 @@ def test_result_value_joins_text_and_keeps_images_and_structured_content() -> No
         result_value(CallToolResult(content=[TextContent(text="bad input")], is_error=True), "t")
     with pytest.raises(ToolError, match="MCP tool 't' reported an error"):
         result_value(CallToolResult(content=[], is_error=True), "t")
+
+
+# -- arguments checked against the input schema -------------------------------------------------
+
+
+async def test_arguments_are_checked_against_the_servers_input_schema(
+    stack: StackFactory, toolset: Toolset
+) -> None:
+    registry, _ = toolset
+    async with stack(Host(registry)) as tt:
+        turn = await tt.run_turn(
+            [
+                ToolCall("ok", "srv_slow", {"seconds": 0}),
+                ToolCall("type", "srv_slow", {"seconds": "soon"}),
+                ToolCall("missing", "srv_slow", {}),
+            ],
+            session_id="mcp-schema",
+        )
+    ok, wrong_type, missing = turn.results
+    assert isinstance(ok.output, str) and ok.output.startswith("slept 0s in ")
+    # Refused before the call, as any tool's guardrail: the server's own error would read
+    # "Error executing tool slow: ...".
+    assert (wrong_type.is_error, wrong_type.output) == (
+        True,
+        "guardrail violation: seconds: not a valid number",
+    )
+    assert (missing.is_error, missing.output) == (
+        True,
+        "guardrail violation: seconds: field required",
+    )
+
+
+def test_schema_problems_read_like_guardrail_items() -> None:
+    from tooltrail.mcp import McpServerTool
+    from tooltrail.tools import ArgumentsRejected
+
+    async def handler(arguments: dict[str, object], ctx: object) -> str:
+        return "never"
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "maxLength": 5},
+            "mode": {"enum": ["r", "w"]},
+            "tags": {"type": "array", "items": {"type": "integer"}},
+        },
+        "required": ["path"],
+        "additionalProperties": False,
+    }
+    found = McpServerTool("files_read", description="", parameters=schema, handler=handler)
+    with pytest.raises(ArgumentsRejected) as rejected:
+        found.validate({"path": "a" * 6, "mode": "x", "tags": [1, "two"], "other": 1})
+    assert rejected.value.text.startswith("guardrail violation: ")
+    assert rejected.value.items == (
+        "other: unexpected argument",
+        "mode: 'x' is not one of ['r', 'w']",
+        "path: 'aaaaaa' is too long",
+        "tags.1: not a valid integer",
+    )
+    with pytest.raises(ArgumentsRejected, match=r"^guardrail violation: path: field required$"):
+        found.validate({})
+    assert found.validate({"path": "x"}).arguments == {"path": "x"}
+    lenient = McpServerTool("odd", description="", parameters={"type": "nonsense"}, handler=handler)
+    assert lenient.validate({"anything": 1}).arguments == {"anything": 1}, "the server judges"
+
+
+def test_server_specs_parse_prefix_command_and_url() -> None:
+    from tooltrail.mcp import McpServerSpec
+
+    stdio = McpServerSpec.parse("gh=npx -y '@scope/server github' --flag=1")
+    assert (stdio.prefix, stdio.command, stdio.url) == (
+        "gh",
+        ("npx", "-y", "@scope/server github", "--flag=1"),
+        None,
+    )
+    assert stdio.tool_prefix == "gh_"
+    web = McpServerSpec.parse("web-=https://example.test/mcp?x=1")
+    assert (web.url, web.command, web.tool_prefix) == ("https://example.test/mcp?x=1", (), "web-")
+    assert McpServerSpec.parse("=server").tool_prefix == ""
+    for bad in ("no-equals", "gh=", "bad prefix=cmd", "p=unterminated 'quote"):
+        with pytest.raises(ConfigurationError):
+            McpServerSpec.parse(bad)
+
+
+# -- tooltrail worker --mcp, and a client that learns the names ----------------------------------
+
+
+async def test_worker_command_serves_mcp_tools_to_a_client_that_learns_their_names(
+    temporal_env: WorkflowEnvironment,
+    sqlite_url: str,
+    tmp_path: Path,
+    pid_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import uuid
+
+    import tooltrail
+    from tests.support import cli_tools
+    from tests.support.cli_runner import ROOT, TOOLTRAIL, env_for
+
+    address = temporal_env.client.service_client.config.target_host
+    task_queue = f"mcp-cli-{uuid.uuid4()}"
+    # The server gets no environment of the worker's but the basics: `env` hands it the pid file.
+    server = f"srv=env MCP_TEST_PID_FILE={pid_file} {sys.executable} {SERVER}"
+    proc = await asyncio.create_subprocess_exec(
+        *TOOLTRAIL,
+        "worker",
+        "--tools",
+        "tests.support.cli_tools:host",
+        "--mcp",
+        server,
+        cwd=ROOT,
+        env={
+            **env_for(tmp_path),
+            "TOOLTRAIL_TEMPORAL_ADDRESS": address,
+            "TOOLTRAIL_TASK_QUEUE": task_queue,
+            "TOOLTRAIL_DATABASE_URL": sqlite_url,
+        },
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None
+        seen = b""
+        while b"worker up" not in seen:
+            line = await asyncio.wait_for(proc.stderr.readline(), timeout=60)
+            assert line, seen.decode()
+            seen += line
+        assert b"(from MCP: srv_broken, srv_slow)" in seen, seen.decode()
+        # The deployment's settings list the MCP server: the client learns from a worker.
+        monkeypatch.setenv("TOOLTRAIL_MCP_SERVERS", json.dumps([server]))
+        async with tooltrail.connect(
+            cli_tools.host, temporal_address=address, task_queue=task_queue, database_url=sqlite_url
+        ) as tt:
+            assert tt.learn_worker_tools
+            catalog = await tt.worker_tools()
+            turn = await tt.run_turn(
+                [
+                    ToolCall("a", "srv_slow", {"seconds": 0}),
+                    ToolCall("b", "srv_slow", {"seconds": "x"}),
+                    ToolCall("c", "echo", {"text": "mine"}),
+                ],
+                session_id="mcp-cli",
+            )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(proc.wait(), timeout=60)
+    assert code == 0
+    assert {"srv_slow", "srv_broken", "echo"} <= set(catalog.names)
+    [worker_server] = pids(pid_file)  # the client started no server of its own
+    first, second, third = turn.results
+    assert first.output == f"slept 0s in {worker_server}"
+    assert second.output == "guardrail violation: seconds: not a valid number"
+    assert third.output == "mine"
+    await wait_gone(worker_server)  # the worker stopped its server

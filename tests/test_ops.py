@@ -10,9 +10,9 @@ from typing import Any
 from temporalio import workflow
 from temporalio.testing import WorkflowEnvironment
 
-from tests.cli_runner import run_cli
 from tests.conftest import StackFactory
-from tests.history_scenarios import HISTORIES
+from tests.support.cli_runner import run_cli
+from tests.support.history_scenarios import HISTORIES
 from tooltrail import Block, Host, PreToolUseContext, ToolCall, tool
 from tooltrail.histories import load_histories, replay_histories
 from tooltrail.wire import TurnInput, TurnOutput
@@ -151,3 +151,30 @@ async def test_shadow_replay_runs_no_tool_and_reports_new_decisions(stack: Stack
     assert aspects[("a", "decisions")] == ([], ["hook block"])
     assert aspects[("a", "output")] == ("x=v1", "lookups are off today")
     assert aspects[("b", "is_error")] == (False, True)
+
+
+async def test_export_keeps_every_file_inside_the_directory(
+    stack: StackFactory, temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    behaviour.update(suffix="v1", explode=False)
+    address = temporal_env.client.service_client.config.target_host
+    outside = tmp_path / "outside"
+    hostile = ["../outside/escaped", str(outside / "absolute"), "..", "a/b", "a_b"]
+    async with stack(Host([lookup])) as tt:
+        for turn_id in hostile:
+            await tt.run_turn(
+                [ToolCall("c", "lookup", {"key": "k"})], session_id="export", turn_id=turn_id
+            )
+    target = tmp_path / "export" / "bulk"
+    recent = ["--recent", str(len(hostile)), "-d", str(target)]
+    done = run_cli(["history", "export", *recent, "--temporal-address", address], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert not outside.exists()
+    written = sorted(target.iterdir())
+    assert all(path.parent == target and path.is_file() for path in written)
+    assert "a_b.json" in {path.name for path in written}
+    ids = {json.loads(path.read_text())["workflowId"] for path in written}
+    assert ids == set(hostile), "one file per id, the id kept inside it"
+    replayed = run_cli(["replay", str(target), "--json"], tmp_path)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert len(json.loads(replayed.stdout)) == len(hostile)

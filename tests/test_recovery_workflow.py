@@ -17,7 +17,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import StackFactory
-from tests.stand_ins import PonderingReflector
+from tests.support.stand_ins import PonderingReflector
 from tooltrail import (
     AlwaysRecoverable,
     Analysis,

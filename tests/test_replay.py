@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.history_scenarios import HISTORIES, SCENARIOS
+from tests.support.history_scenarios import HISTORIES, SCENARIOS
 from tooltrail.histories import load_histories, replay_histories
 
 HISTORY_FILES = load_histories([HISTORIES])

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 
 from temporalio.testing import WorkflowEnvironment
 
-from tests.cli_runner import run_cli
 from tests.conftest import StackFactory
+from tests.support.cli_runner import run_cli
 from tooltrail import Host, tool
 
 
@@ -39,9 +40,12 @@ async def test_a_poisoned_turn_is_listed_as_stuck(
             await asyncio.sleep(0.2)
         assert stuck and stuck[0].attempts >= 2
         address = temporal_env.client.service_client.config.target_host
-        done = await asyncio.to_thread(
-            run_cli, ["audit", "list", "--stuck", "--temporal-address", address], tmp_path
-        )
+        args = ["audit", "list", "--stuck", "--temporal-address", address]
+        done = await asyncio.to_thread(run_cli, args, tmp_path)
+        as_json = await asyncio.to_thread(run_cli, [*args, "--json"], tmp_path)
         await tt.client.get_workflow_handle(turn_id).terminate("test over")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, "a gate fails on stuck turns: " + done.stderr
     assert f"stuck {turn_id}" in done.stdout
+    assert as_json.returncode == 3, as_json.stderr
+    listed = json.loads(as_json.stdout)  # stdout is the JSON document, nothing else
+    assert turn_id in {item["turn_id"] for item in listed}

@@ -18,14 +18,27 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricR
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from tooltrail import AlwaysRecoverable, FixedDelay, Host, RunConfig, ToolCall, ToolContext, tool
+import tooltrail
+from tooltrail import (
+    AlwaysRecoverable,
+    Block,
+    FixedDelay,
+    Host,
+    PreToolUseContext,
+    RunConfig,
+    ToolCall,
+    ToolContext,
+    tool,
+)
 from tooltrail.client import Tooltrail
 from tooltrail.db.store import AuditStore
 from tooltrail.errors import ToolError
+from tooltrail.llm import ScriptedModel, Usage, text_response, tool_call_response
 from tooltrail.logs import (
     JsonFormatter,
     SecretFilter,
@@ -38,11 +51,13 @@ from tooltrail.settings import Settings
 from tooltrail.telemetry import (
     ToolMetrics,
     configure_from_env,
+    ensure_configured,
     record_breaker_state,
     record_call,
     record_retry,
     tracing_interceptors,
     use_meter_provider,
+    use_tracer_provider,
 )
 from tooltrail.wire import TOOL_EXECUTE
 from tooltrail.worker import build_worker, connect_client
@@ -92,10 +107,12 @@ async def test_turn_span_is_the_ancestor_of_one_activity_span_per_attempt(
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    # tooltrail's spans and the interceptor's (built without a provider) both go there.
+    use_tracer_provider(provider)
     client: Client = await connect_client(
         temporal_env.client.service_client.config.target_host,
         namespace=temporal_env.client.namespace,
-        interceptors=tracing_interceptors(provider),
+        interceptors=tracing_interceptors(),
     )
     host = Host([wobbly, steady], reflector=AlwaysRecoverable())
     store = AuditStore(sqlite_url)
@@ -121,6 +138,7 @@ async def test_turn_span_is_the_ancestor_of_one_activity_span_per_attempt(
             )
     finally:
         await store.close()
+        use_tracer_provider(None)
     provider.force_flush()
     spans = list(exporter.get_finished_spans())
     by_id = {span.context.span_id: span for span in spans}
@@ -141,17 +159,35 @@ async def test_turn_span_is_the_ancestor_of_one_activity_span_per_attempt(
     assert run.parent is not None and run.parent.span_id == start.context.span_id
 
     attempts = [s for s in spans if s.name == f"RunActivity:{TOOL_EXECUTE}"]
-    # One activity span per attempt, and it is the span the tool body ran in.
+    tools = [s for s in spans if s.name.startswith("execute_tool ")]
+    # One activity span per attempt, each with one span named after its tool, and that is
+    # the span the tool body ran in: none repeated when the workflow replays.
     assert len(attempts) == 3
-    assert {s.context.span_id for s in attempts} == {span_id for _, _, span_id in seen_spans}
-    for span in attempts:
+    assert sorted(s.name for s in tools) == [
+        "execute_tool steady",
+        "execute_tool wobbly",
+        "execute_tool wobbly",
+    ]
+    assert {s.context.span_id for s in tools} == {span_id for _, _, span_id in seen_spans}
+    for span in tools:
         assert span.context.trace_id == start.context.trace_id
         # Temporal's interceptor hangs the workflow's (zero-length) spans, RunWorkflow and
         # each StartActivity, directly under the client's span of the turn.
         assert ancestors(span, by_id) == [
+            f"RunActivity:{TOOL_EXECUTE}",
             f"StartActivity:{TOOL_EXECUTE}",
             "StartWorkflow:TurnWorkflow",
         ]
+    by_attempt = {
+        (s.attributes["gen_ai.tool.call.id"], s.attributes["tooltrail.attempt"]): s
+        for s in tools
+        if s.attributes is not None
+    }
+    assert sorted(by_attempt) == [("a", 0), ("a", 1), ("b", 0)]
+    # The first attempt of "a" was a soft error: the span says so; the others succeeded.
+    assert by_attempt[("a", 0)].status.status_code == StatusCode.ERROR
+    assert by_attempt[("a", 1)].status.status_code == StatusCode.UNSET
+    assert by_attempt[("b", 0)].status.status_code == StatusCode.UNSET
     assert len([s for s in spans if s.name == f"StartActivity:{TOOL_EXECUTE}"]) == 3
     # Nothing outside the turn's trace, nothing twice (the interceptor is installed once).
     assert {s.context.trace_id for s in spans} == {start.context.trace_id}
@@ -414,3 +450,124 @@ def test_text_format_and_reconfiguration(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_secret_filter_masks_known_values_longest_first() -> None:
     secret_filter = SecretFilter(["abcd", "abcdefgh", "xyz"])
     assert secret_filter.redact("abcdefgh abcd xyz") == "**** **** xyz"
+
+
+# -- spans from tooltrail.local(): named after tools and models (GenAI conventions) ------------
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up; 'missing' is a soft error."""
+    if key == "missing":
+        raise ToolError(f"no entry {key!r}")
+    return f"{key}=1"
+
+
+@tool
+def forbidden() -> str:
+    """A tool the host's hook refuses."""
+    raise AssertionError("the hook blocks it; the body never runs")
+
+
+class RefuseForbidden:
+    async def pre_tool(self, ctx: PreToolUseContext) -> Block | None:
+        return Block("not today") if ctx.tool_name == "forbidden" else None
+
+
+async def test_local_names_spans_after_tools_and_models(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The caller's OTEL_* reach tooltrail's providers, never the embedded server.
+    monkeypatch.setenv("TOOLTRAIL_OTEL_ENABLED", "true")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    use_tracer_provider(provider)  # the host's provider: local() keeps it
+    model = ScriptedModel(
+        [
+            tool_call_response(
+                ("m1", "lookup", {"key": "a"}), usage=Usage(input_tokens=11, output_tokens=7)
+            ),
+            text_response("a is 1", usage=Usage(input_tokens=20, output_tokens=3)),
+        ]
+    )
+    host = Host([lookup, forbidden], hooks=[RefuseForbidden()], model=model)
+    session = f"otel-{uuid.uuid4()}"
+    try:
+        async with tooltrail.local(host, database_url=f"sqlite:///{tmp_path / 'a.db'}") as tt:
+            turn = await tt.run_turn(
+                [
+                    ToolCall("c1", "lookup", {"key": "k"}),
+                    ToolCall("c2", "lookup", {"key": "missing"}),
+                    ToolCall("c3", "forbidden", {}),
+                ],
+                session_id=session,
+            )
+            run = await tt.run_agent("what is a?", session_id=session, model="scripted-1")
+    finally:
+        use_tracer_provider(None)
+    assert [r.is_error for r in turn.results] == [False, True, True]
+    assert run.text == "a is 1"
+    spans = list(exporter.get_finished_spans())
+
+    tools = {
+        s.attributes["gen_ai.tool.call.id"]: s
+        for s in spans
+        if s.attributes is not None and s.name.startswith("execute_tool ")
+    }
+    assert sorted((call, s.name) for call, s in tools.items()) == [
+        ("c1", "execute_tool lookup"),
+        ("c2", "execute_tool lookup"),
+        ("c3", "execute_tool forbidden"),
+        ("m1", "execute_tool lookup"),
+    ]
+    ok, soft, refused = tools["c1"], tools["c2"], tools["c3"]
+    assert ok.attributes is not None and dict(ok.attributes) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "lookup",
+        "gen_ai.tool.call.id": "c1",
+        "gen_ai.tool.type": "function",
+        "gen_ai.conversation.id": session,
+        "tooltrail.turn.id": turn.turn_id,
+        "tooltrail.attempt": 0,
+    }
+    assert ok.kind == SpanKind.INTERNAL and ok.status.status_code == StatusCode.UNSET
+    assert soft.status.status_code == StatusCode.ERROR
+    assert soft.attributes is not None and soft.attributes["error.type"] == "tool_error"
+    assert refused.status.status_code == StatusCode.ERROR
+    assert refused.attributes is not None
+    assert refused.attributes["tooltrail.refused_by"] == "hook"
+    # Arguments and outputs are never span attributes.
+    assert not any("missing" in str(v) for s in spans for v in (s.attributes or {}).values())
+
+    chats = [s for s in spans if s.name.startswith("chat")]
+    assert [s.name for s in chats] == ["chat scripted-1", "chat scripted-1"]
+    usage = [
+        (s.attributes["gen_ai.usage.input_tokens"], s.attributes["gen_ai.usage.output_tokens"])
+        for s in chats
+        if s.attributes is not None
+    ]
+    assert usage == [(11, 7), (20, 3)]
+    first = chats[0]
+    assert first.kind == SpanKind.CLIENT and first.attributes is not None
+    assert first.attributes["gen_ai.operation.name"] == "chat"
+    assert first.attributes["gen_ai.request.model"] == "scripted-1"
+    assert first.attributes["gen_ai.response.finish_reasons"] == ("tool_use",)
+    # Temporal's interceptor was on too (TOOLTRAIL_OTEL_ENABLED): the tool's span is its
+    # activity's child, one trace per turn.
+    by_id = {s.context.span_id: s for s in spans}
+    assert ancestors(ok, by_id)[:2] == [
+        f"RunActivity:{TOOL_EXECUTE}",
+        f"StartActivity:{TOOL_EXECUTE}",
+    ]
+
+
+def test_ensure_configured_keeps_the_applications_provider(otel_env: pytest.MonkeyPatch) -> None:
+    assert ensure_configured(Settings(otel_enabled=False)) is None
+    use_tracer_provider(TracerProvider())
+    try:
+        assert ensure_configured() is None  # nothing of ours replaces the host's provider
+    finally:
+        use_tracer_provider(None)

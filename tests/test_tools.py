@@ -6,6 +6,7 @@ import asyncio
 import json
 import math
 import threading
+import typing
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,6 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from tooltrail import (
     DuplicateToolError,
+    Idempotency,
     RegistryFrozenError,
     Tool,
     ToolContext,
@@ -22,6 +24,7 @@ from tooltrail import (
     ToolRegistry,
     ToolSpec,
     tool,
+    tool_defaults,
 )
 from tooltrail.tools import ArgumentsRejected, to_output
 
@@ -94,6 +97,27 @@ def test_bare_decorator_builds_a_tool_named_after_the_function():
     assert echo.timeout_s is None
     assert echo.retry_on_interrupt is True
     assert repr(echo) == "Tool(name='echo')"
+
+
+def test_idempotent_takes_a_bool_a_policy_or_none():
+    declaration = bool | Idempotency | None
+    assert typing.get_type_hints(tool)["idempotent"] == declaration
+    assert typing.get_type_hints(Tool.__init__)["idempotent"] == declaration
+    read_back = vars(Tool)["idempotent"]
+    assert isinstance(read_back, property)
+    assert typing.get_type_hints(read_back.fget)["return"] == bool | Idempotency
+
+    @tool_defaults(idempotent=Idempotency(ttl_seconds=5))
+    class Kit:
+        @tool(idempotent=False)
+        def own(self) -> str:
+            """Declares its own."""
+            return ""
+
+    bound = Kit().own
+    assert bound.idempotent is False
+    bound.idempotent = None  # None declares nothing: the class's default decides again
+    assert bound.idempotent == Idempotency(ttl_seconds=5)
 
 
 def test_decorator_with_options():

@@ -293,6 +293,7 @@ async def test_context_and_scratch_directory(stack: StackFactory, tmp_path: Path
     def inspect_ctx(ctx: ToolContext) -> str:
         seen["ctx"] = ctx
         seen["exists"] = ctx.temp_dir.is_dir()
+        seen["mode"] = ctx.temp_dir.stat().st_mode & 0o777
         seen["thread"] = threading.current_thread() is not threading.main_thread()
         (ctx.temp_dir / "note.txt").write_text("scratch")
         return "ok"
@@ -301,9 +302,10 @@ async def test_context_and_scratch_directory(stack: StackFactory, tmp_path: Path
     async with stack(host) as tt:
         turn = await tt.run_turn([ToolCall("c9", "inspect_ctx", {})], session_id="sess-1")
         ctx = seen["ctx"]
-        assert ctx.temp_dir.name == "tooltrail-sess-1"
+        assert ctx.temp_dir.name.startswith("tooltrail-sess-1-")
         assert ctx.temp_dir.parent == tmp_path / "scratch-base"
         assert seen["exists"] and seen["thread"], "sync tools run in a worker thread"
+        assert seen["mode"] == 0o700, "private to the worker's user"
         assert (ctx.session_id, ctx.turn_id, ctx.tool_call_id, ctx.attempt) == (
             "sess-1",
             turn.turn_id,

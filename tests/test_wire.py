@@ -379,7 +379,7 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
         "memo": None,
         "memo_paths": {},
     },
-    "TurnOutput": {"assistant": None, "usage": None, "session": None},
+    "TurnOutput": {"assistant": None, "usage": None, "stop_reason": None, "session": None},
     "ToolDispatchResult": {"display_hint": None, "output_ref": None},
     "ExecuteAttempt": {
         "turn_id": "",

@@ -41,7 +41,15 @@ if TYPE_CHECKING:
         TurnFailed,
     )
     from tooltrail.guards import Guard, GuardrailViolation, InputGuard, ToolDefaults, tool_defaults
-    from tooltrail.hooks import Allow, Ask, Block, PostToolUseContext, PreToolUseContext
+    from tooltrail.hooks import (
+        Allow,
+        Ask,
+        Block,
+        PostToolHook,
+        PostToolUseContext,
+        PreToolHook,
+        PreToolUseContext,
+    )
     from tooltrail.host import Host
     from tooltrail.idempotency import CachedToolError, Idempotency, derive_key
     from tooltrail.memoize import MemoizingMiddleware
@@ -127,7 +135,9 @@ _MODULE_OF: dict[str, str] = {
     "Allow": "tooltrail.hooks",
     "Ask": "tooltrail.hooks",
     "Block": "tooltrail.hooks",
+    "PostToolHook": "tooltrail.hooks",
     "PostToolUseContext": "tooltrail.hooks",
+    "PreToolHook": "tooltrail.hooks",
     "PreToolUseContext": "tooltrail.hooks",
     "Host": "tooltrail.host",
     "CachedToolError": "tooltrail.idempotency",
@@ -226,7 +236,9 @@ __all__ = [
     "OutputLimitMiddleware",
     "Part",
     "PermissionMiddleware",
+    "PostToolHook",
     "PostToolUseContext",
+    "PreToolHook",
     "PreToolUseContext",
     "Principal",
     "RedactingMiddleware",

@@ -1,6 +1,19 @@
 """The ``tooltrail`` command line: demo, dev, worker, audit, db.
 
 Every command has ``--help``; the reading commands take ``--json`` for machines.
+
+Contracts for scripts and CI (README, "Command line"):
+
+- with ``--json``, stdout holds the JSON document and nothing else: the process's file
+  descriptor 1 is pointed at stderr for the whole command (so the embedded server's banner,
+  a tool's ``print`` and anything a library writes go there) and the JSON is written to a
+  saved copy of the original stdout; the Temporal core's log lines go through Python
+  logging (tooltrail's formatter and secret filter, on stderr);
+- exit codes: 0 done, 1 an error (one line on stderr saying what is wrong and what to do, no
+  traceback), 2 a usage error, 3 a check found something (``rerun`` with differences,
+  ``audit list --stuck`` with stuck turns, ``db current`` behind the code's head);
+- ids are shown whole, and whatever a model or caller chose is never read as markup
+  (``tooltrail.render``).
 """
 
 from __future__ import annotations
@@ -20,15 +33,31 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
+from temporalio.service import RPCError, RPCStatusCode
 
 from tooltrail.cli_config import config_app
 from tooltrail.errors import ConfigurationError, TooltrailError
 from tooltrail.host import Host
-from tooltrail.render import preview, print_json, results_table, timeline_table, turns_table
+from tooltrail.render import (
+    escape,
+    preview,
+    print_json,
+    print_table,
+    results_table,
+    send_json_to,
+    timeline_table,
+    turns_table,
+)
 from tooltrail.settings import Settings
 from tooltrail.tools import Tool, ToolRegistry
 
-__all__ = ["app", "load_host", "main"]
+__all__ = ["EXIT_ERROR", "EXIT_FOUND", "app", "load_host", "main"]
+
+EXIT_ERROR = 1
+"""Exit status of an error: one line on stderr says what is wrong and what to do."""
+EXIT_FOUND = 3
+"""Exit status of a check that found something (differences, stuck turns, a database behind)."""
 
 app = typer.Typer(
     help="tooltrail: durable, auditable tool calls for LLM agents.",
@@ -102,12 +131,43 @@ def load_host(spec: str) -> Host:
     )
 
 
+class CommandError(TooltrailError):
+    """Raised by a command for an everyday mistake; its text is the one line printed."""
+
+
+def _error_line(message: str) -> None:
+    # Text, not markup: the message quotes ids and names a model or a caller chose.
+    errors.print(Text("error: ", style="red") + Text(message), soft_wrap=True, highlight=False)
+
+
+def _fail(message: str) -> typer.Exit:
+    """Print the one-line error; return the exit to raise."""
+    _error_line(message)
+    return typer.Exit(EXIT_ERROR)
+
+
+def rpc_error_text(exc: RPCError, what: str = "workflow") -> str:
+    """Say in one line what a Temporal RPC error means for the command's user."""
+    message = exc.message
+    if exc.status == RPCStatusCode.NOT_FOUND and "already completed" in message:
+        return f"the {what} has already finished; there is nothing left to answer"
+    if exc.status == RPCStatusCode.NOT_FOUND:
+        return (
+            f"the Temporal server has no such {what} ({message}); check the id "
+            "(`tooltrail audit list` shows recent turns) and --temporal-address / --namespace"
+        )
+    if exc.status == RPCStatusCode.UNAVAILABLE:
+        return f"Temporal is unavailable ({message}); check --temporal-address"
+    return f"Temporal refused the request: {message} ({exc.status.name})"
+
+
 def _run(coro: Awaitable[T]) -> T:
     try:
         return asyncio.run(coro)  # type: ignore[arg-type]
     except TooltrailError as exc:
-        errors.print(f"[red]error:[/red] {exc}", soft_wrap=True, markup=True, highlight=False)
-        raise typer.Exit(1) from exc
+        raise _fail(str(exc)) from exc
+    except RPCError as exc:
+        raise _fail(rpc_error_text(exc)) from exc
 
 
 def _free_port() -> int:
@@ -139,6 +199,29 @@ def _database_url(option: str | None) -> str:
     return option or Settings().effective_database_url()
 
 
+def _shown_url(url: str) -> str:
+    """A database URL as the terminal may show it: without its password."""
+    from tooltrail.settings import mask_url
+
+    return mask_url(url)
+
+
+def _run_with_telemetry(coro: Awaitable[T]) -> T:
+    """``_run`` for commands that run a worker: OpenTelemetry from ``OTEL_*`` while it runs.
+
+    The providers are shut down (flushed) before the command exits: ``main`` leaves with
+    ``os._exit``, so the SDK's own exit hook would never run.
+    """
+    from tooltrail.telemetry import ensure_configured
+
+    telemetry = ensure_configured()
+    try:
+        return _run(coro)
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()
+
+
 @app.command()
 def demo(
     database_url: DatabaseOption = None,
@@ -148,6 +231,8 @@ def demo(
     json_output: JsonOption = False,
 ) -> None:
     """Run a scripted agent turn on the embedded Temporal server and show its audit trail."""
+    import uuid
+
     import tooltrail
     from tooltrail.demo import SCRIPTED_TURN, host, scripted_agent_model
 
@@ -159,11 +244,14 @@ def demo(
         if not json_output:
             console.print("[bold]Starting the embedded Temporal dev server and a worker...[/]")
         async with tooltrail.local(agent_host, database_url=url, ui=True, ui_port=ui_port) as tt:
-            turn = await tt.run_turn(SCRIPTED_TURN, session_id="demo-session")
+            # Fresh sessions: the demo's database persists, and a session's loop window with
+            # it; the same scripted calls in one session would be stopped from the 11th run.
+            suffix = uuid.uuid4().hex[:8]
+            turn = await tt.run_turn(SCRIPTED_TURN, session_id=f"demo-{suffix}")
             events = await tt.audit(turn.turn_id)
             run = await tt.run_agent(
                 "Note a fact, do some arithmetic, check the weather, then sum it up.",
-                session_id="demo-agent",
+                session_id=f"demo-agent-{suffix}",
                 system="You are a careful assistant.",
             )
             conversation = await tt.conversation(run.run_id)
@@ -179,10 +267,12 @@ def demo(
                     },
                 )
                 return
-            console.print(f"\nTurn [bold]{turn.turn_id}[/] ran {len(turn.results)} calls.\n")
-            console.print(results_table(turn.results))
+            console.print(
+                f"\nTurn [bold]{escape(turn.turn_id)}[/] ran {len(turn.results)} calls.\n"
+            )
+            print_table(console, results_table(turn.results))
             console.print()
-            console.print(timeline_table(events))
+            print_table(console, timeline_table(events))
             console.print(
                 f"\n[bold]A scripted agent run[/] ({run.run_id}): {len(run.turns)} model turns, "
                 f"{run.usage.input_tokens + run.usage.output_tokens} tokens"
@@ -190,16 +280,19 @@ def demo(
             for message in conversation:
                 calls = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
                 text = preview(message.content or calls, 110)
-                console.print(f"  [cyan]{message.role:>9}[/]  {text}", highlight=False)
+                # The model's words, never markup.
+                console.print(f"  [cyan]{message.role:>9}[/]  {escape(text)}", highlight=False)
             console.print(
                 f"Each turn's audit trail: tooltrail audit show {run.turns[0]}", soft_wrap=True
             )
+            shown = _shown_url(url)
             console.print(
-                f"\nAudit database: {url}\n"
+                f"\nAudit database: {shown}\n"
                 f"Temporal UI: http://127.0.0.1:{ui_port}/namespaces/default/workflows/"
                 f"{turn.turn_id}\n"
-                f"Show this turn again: tooltrail audit show {turn.turn_id} --database-url {url}",
+                f"Show this turn again: tooltrail audit show {turn.turn_id} --database-url {shown}",
                 soft_wrap=True,
+                highlight=False,
             )
             if keep_open:
                 console.print("The server and UI stay up; press Ctrl-C to stop.")
@@ -207,7 +300,7 @@ def demo(
             else:
                 console.print("(the embedded server stops now; add --keep-open to browse the UI)")
 
-    _run(go())
+    _run_with_telemetry(go())
 
 
 @app.command("run")
@@ -261,7 +354,7 @@ def run_agent_command(
             )
             return result
 
-    result = _run(go())
+    result = _run_with_telemetry(go())
     if json_output:
         print_json(console, result.model_dump(mode="json"))
     else:
@@ -304,11 +397,18 @@ def dev(
             console.print(
                 f"Temporal: 127.0.0.1:{port}   UI: http://127.0.0.1:{ui_port}\n"
                 f"Task queue: {task_queue}   Tools: {', '.join(host.registry.names())}\n"
-                f"Audit database: {url}\nPress Ctrl-C to stop."
+                f"Audit database: {_shown_url(url)}\nPress Ctrl-C to stop.",
+                highlight=False,
             )
             await _until_stopped()
 
-    _run(go())
+    _run_with_telemetry(go())
+
+
+def _capacity_option(name: str, help_text: str) -> Any:
+    return typer.Option(
+        f"--{name.replace('_', '-')}", envvar=f"TOOLTRAIL_{name.upper()}", help=help_text
+    )
 
 
 @app.command()
@@ -320,36 +420,128 @@ def worker(
     namespace: Annotated[str | None, typer.Option(envvar="TOOLTRAIL_NAMESPACE")] = None,
     task_queue: Annotated[str | None, typer.Option(envvar="TOOLTRAIL_TASK_QUEUE")] = None,
     database_url: DatabaseOption = None,
+    mcp: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mcp",
+            help='An MCP server to start, "PREFIX=COMMAND ARGS" (repeatable); its tools '
+            "register as PREFIX_name. Default: TOOLTRAIL_MCP_SERVERS.",
+        ),
+    ] = None,
+    mcp_url: Annotated[
+        list[str] | None,
+        typer.Option("--mcp-url", help='A streamable HTTP MCP server, "PREFIX=URL" (repeatable).'),
+    ] = None,
+    max_concurrent_activities: Annotated[
+        int | None,
+        _capacity_option("max_concurrent_activities", "Tool attempts run at once (100)."),
+    ] = None,
+    max_concurrent_workflow_tasks: Annotated[
+        int | None,
+        _capacity_option("max_concurrent_workflow_tasks", "Workflow tasks run at once (100)."),
+    ] = None,
+    max_concurrent_local_activities: Annotated[
+        int | None,
+        _capacity_option(
+            "max_concurrent_local_activities", "Local activities (audit writes) at once (100)."
+        ),
+    ] = None,
+    max_cached_workflows: Annotated[
+        int | None,
+        _capacity_option("max_cached_workflows", "Workflows kept in memory (1000)."),
+    ] = None,
+    db_pool_size: Annotated[
+        int | None, _capacity_option("db_pool_size", "Database connections kept open (5).")
+    ] = None,
+    db_max_overflow: Annotated[
+        int | None,
+        _capacity_option("db_max_overflow", "Connections beyond the pool under load (10)."),
+    ] = None,
 ) -> None:
-    """Run a worker against an existing Temporal cluster (until SIGINT or SIGTERM)."""
+    """Run a worker against an existing Temporal cluster (until SIGINT or SIGTERM).
+
+    Sizing: see the README's "Sizing" section; every flag also reads its TOOLTRAIL_ variable.
+    """
     import tooltrail
+    from tooltrail.mcp import McpServerSpec, open_mcp_servers
 
     host = load_host(tools)
-    from tooltrail.telemetry import configure_from_env
-
-    telemetry = configure_from_env()
+    settings = Settings()
+    specs = [McpServerSpec.parse(text, url=False) for text in mcp or []]
+    specs += [McpServerSpec.parse(text, url=True) for text in mcp_url or []]
+    if mcp is None and mcp_url is None:
+        specs = [McpServerSpec.parse(text) for text in settings.mcp_servers]
+    capacity: dict[str, Any] = {
+        name: value
+        for name, value in {
+            "max_concurrent_activities": max_concurrent_activities,
+            "max_concurrent_workflow_tasks": max_concurrent_workflow_tasks,
+            "max_concurrent_local_activities": max_concurrent_local_activities,
+            "max_cached_workflows": max_cached_workflows,
+        }.items()
+        if value is not None
+    }
+    pool = {
+        name: value
+        for name, value in {"pool_size": db_pool_size, "max_overflow": db_max_overflow}.items()
+        if value is not None
+    }
 
     async def go() -> None:
-        async with tooltrail.worker(
-            host,
-            temporal_address=temporal_address,
-            namespace=namespace,
-            task_queue=task_queue,
-            database_url=database_url,
-        ) as running:
-            settings = Settings()
+        async with (
+            open_mcp_servers(host.registry, specs) as toolsets,
+            tooltrail.worker(
+                host,
+                temporal_address=temporal_address,
+                namespace=namespace,
+                task_queue=task_queue,
+                database_url=database_url,
+                engine_options=pool,
+                **capacity,
+            ) as running,
+        ):
+            mcp_tools = sorted(name for toolset in toolsets for name in toolset.tools)
             errors.print(
-                f"worker up: {temporal_address or settings.temporal_address}, "
-                f"task queue {task_queue or settings.task_queue}, "
-                f"tools {', '.join(host.registry.names())}"
+                Text(
+                    f"worker up: {temporal_address or settings.temporal_address}, "
+                    f"task queue {task_queue or settings.task_queue}, "
+                    f"tools {', '.join(host.registry.names())}"
+                    + (f" (from MCP: {', '.join(mcp_tools)})" if mcp_tools else "")
+                ),
+                soft_wrap=True,
             )
             await _until_stopped(running)
 
-    try:
-        _run(go())
-    finally:
-        if telemetry is not None:
-            telemetry.shutdown()
+    _run_with_telemetry(go())
+
+
+@app.command("codec-server")
+def codec_server(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8081,
+    origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--origin",
+            help="Browser origin (the Temporal UI's) allowed to call it; repeatable "
+            "(default: TOOLTRAIL_CODEC_SERVER_ORIGINS).",
+        ),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="PEM certificate: serve HTTPS (with --tls-key).")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert.")] = None,
+) -> None:
+    """Decode encrypted payloads for the Temporal UI and CLI (Temporal's remote codec).
+
+    Needs TOOLTRAIL_CODEC_KEYS and a bearer token, TOOLTRAIL_CODEC_SERVER_TOKEN (never a
+    command-line option: a process's arguments are visible to every user of the machine).
+    """
+    from tooltrail.codec_server import serve
+
+    _run(
+        serve(Settings(), host=host, port=port, origins=origin, tls_cert=tls_cert, tls_key=tls_key)
+    )
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -416,7 +608,7 @@ def audit_list(
     elif not turns:
         console.print("no turns match")
     else:
-        console.print(turns_table(turns))
+        print_table(console, turns_table(turns))
 
 
 def _list_stuck(temporal_address: str | None, limit: int, json_output: bool) -> None:
@@ -435,10 +627,15 @@ def _list_stuck(temporal_address: str | None, limit: int, json_output: bool) -> 
         console.print("no stuck turns")
     for item in [] if json_output else found:
         console.print(
-            f"[red]stuck[/red] {item.turn_id}: workflow task attempt {item.attempts} "
-            f"(started {item.started_at:%Y-%m-%d %H:%M:%S})",
+            Text("stuck ", style="red")
+            + Text(
+                f"{item.turn_id}: workflow task attempt {item.attempts} "
+                f"(started {item.started_at:%Y-%m-%d %H:%M:%S})"
+            ),
             soft_wrap=True,
         )
+    if found:
+        raise typer.Exit(EXIT_FOUND)  # a gate fails on stuck turns
 
 
 @audit_app.command("show")
@@ -455,8 +652,10 @@ def audit_show(
 
     turn, events = _run(_with_store(_database_url(database_url), read))
     if turn is None and not events:
-        errors.print(f"[red]error:[/red] no turn {turn_id!r} in the audit database", soft_wrap=True)
-        raise typer.Exit(1)
+        raise _fail(
+            f"no turn {turn_id!r} in the audit database; `tooltrail audit list` shows recent "
+            "turns (and --database-url picks the database)"
+        )
     if json_output:
         print_json(
             console,
@@ -468,16 +667,19 @@ def audit_show(
         return
     if turn is not None:
         console.print(
-            f"turn [bold]{turn.turn_id}[/]  session {turn.session_id}  status {turn.status}"
-            + (f"  error: {turn.error}" if turn.error else "")
+            Text("turn ")
+            + Text(turn.turn_id, style="bold")
+            + Text(f"  session {turn.session_id}  status {turn.status}")
+            + Text(f"  error: {turn.error}" if turn.error else ""),
+            soft_wrap=True,
         )
-    console.print(timeline_table(events, full=full))
+    print_table(console, timeline_table(events, full=full))
     end = next((e for e in reversed(events) if e.kind == "turn_end"), None)
     if end is not None and end.payload.get("results"):
         from tooltrail.results import ToolDispatchResult
 
         results = [ToolDispatchResult.model_validate(r) for r in end.payload["results"]]
-        console.print(results_table(results, title="Results returned to the model"))
+        print_table(console, results_table(results, title="Results returned to the model"))
 
 
 def _client_options() -> tuple[str, str]:
@@ -493,6 +695,47 @@ async def _turn_handle(turn_id: str, temporal_address: str | None) -> Any:
     return TurnHandle(client.get_workflow_handle(turn_id, result_type=TurnOutput))
 
 
+async def _running_turn(turn_id: str, temporal_address: str | None, call_id: str) -> Any:
+    """The handle of a turn that is still running, or the one-line error that it is not.
+
+    Raises:
+        CommandError: no such turn, or it has ended (so nothing of it waits any more).
+    """
+    from temporalio.client import WorkflowExecutionStatus
+
+    handle = await _turn_handle(turn_id, temporal_address)
+    try:
+        description = await handle.workflow_handle.describe()
+    except RPCError as exc:
+        raise CommandError(rpc_error_text(exc, f"turn {turn_id!r}")) from exc
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        status = description.status.name.lower() if description.status else "closed"
+        raise CommandError(
+            f"turn {turn_id!r} has ended ({status}): call {call_id!r} is no longer waiting "
+            "for approval"
+        )
+    return handle
+
+
+async def _answer(
+    turn_id: str, call_id: str, temporal_address: str | None, answer: Callable[[Any], Any]
+) -> None:
+    handle = await _running_turn(turn_id, temporal_address, call_id)
+    try:
+        await answer(handle)
+    except RPCError as exc:
+        # The turn ended between the check and the answer.
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        raise CommandError(
+            f"turn {turn_id!r} has ended: call {call_id!r} is no longer waiting for approval"
+        ) from exc
+    except ConfigurationError as exc:  # the turn runs, but this call does not wait
+        raise CommandError(
+            f"{exc} in turn {turn_id!r}; `tooltrail approvals --all` lists what waits"
+        ) from exc
+
+
 @app.command()
 def approve(
     turn_id: Annotated[str, typer.Argument(help="The turn id.")],
@@ -501,13 +744,9 @@ def approve(
     temporal_address: AddressOption = None,
 ) -> None:
     """Approve a call of an interactive turn that a hook parked with Ask."""
-
-    async def go() -> None:
-        handle = await _turn_handle(turn_id, temporal_address)
-        await handle.approve(call_id, by=by or os.environ.get("USER"))
-
-    _run(go())
-    console.print(f"approved {call_id} of {turn_id}")
+    who = by or os.environ.get("USER")
+    _run(_answer(turn_id, call_id, temporal_address, lambda h: h.approve(call_id, by=who)))
+    console.print(Text(f"approved {call_id} of {turn_id}"), soft_wrap=True)
 
 
 @app.command()
@@ -519,35 +758,100 @@ def deny(
     temporal_address: AddressOption = None,
 ) -> None:
     """Deny a call of an interactive turn that a hook parked with Ask."""
+    who = by or os.environ.get("USER")
+    _run(_answer(turn_id, call_id, temporal_address, lambda h: h.deny(call_id, reason, by=who)))
+    console.print(Text(f"denied {call_id} of {turn_id}"), soft_wrap=True)
 
-    async def go() -> None:
-        handle = await _turn_handle(turn_id, temporal_address)
-        await handle.deny(call_id, reason, by=by or os.environ.get("USER"))
 
-    _run(go())
-    console.print(f"denied {call_id} of {turn_id}")
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
 
 
 @app.command()
 def approvals(
-    turn_id: Annotated[str, typer.Argument(help="The turn id.")],
+    turn_id: Annotated[str | None, typer.Argument(help="The turn id.")] = None,
+    all_turns: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Every call waiting for approval, across running turns (oldest first)."
+        ),
+    ] = False,
     temporal_address: AddressOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """List the calls of a turn waiting for approval."""
+    """List the calls waiting for approval: of one turn, or of every running turn (--all)."""
+    from datetime import UTC
 
-    async def go() -> list[Any]:
+    from tooltrail.client import Tooltrail, WaitingApproval
+
+    if (turn_id is None) == (not all_turns):
+        raise typer.BadParameter("give a TURN, or --all (not both)")
+
+    async def go() -> list[WaitingApproval]:
+        if all_turns:
+            client = await _client(temporal_address)
+            tt = Tooltrail(client, Host(), task_queue="", store=None)  # type: ignore[arg-type]
+            return await tt.waiting_approvals()
+        assert turn_id is not None
         handle = await _turn_handle(turn_id, temporal_address)
-        pending: list[Any] = await handle.pending_approvals()
-        return pending
+        try:
+            description = await handle.workflow_handle.describe()
+        except RPCError as exc:
+            raise CommandError(rpc_error_text(exc, f"turn {turn_id!r}")) from exc
+        if description.close_time is not None:
+            return []  # an ended turn waits for nothing (and a query would need a worker)
+        pending = await handle.pending_approvals()
+        return [WaitingApproval(turn_id=turn_id, **p.model_dump()) for p in pending]
 
     pending = _run(go())
+    now = datetime.now(UTC)
     if json_output:
-        print_json(console, [p.model_dump(mode="json") for p in pending])
-    elif not pending:
+        print_json(
+            console,
+            [
+                {
+                    **p.model_dump(mode="json"),
+                    "age_s": None if p.asked_at is None else (now - p.asked_at).total_seconds(),
+                }
+                for p in pending
+            ],
+        )
+        return
+    if not pending:
         console.print("nothing is waiting for approval")
-    for item in pending if not json_output else []:
-        console.print(f"{item.tool_call_id}  {item.tool_name}  {item.question}")
+        return
+    from rich.table import Table
+
+    from tooltrail.render import id_column
+
+    table = Table(title="Waiting for approval", title_justify="left")
+    id_column(table, "turn")
+    id_column(table, "call")
+    id_column(table, "tool")
+    table.add_column("waiting", justify="right", no_wrap=True)
+    table.add_column("deadline", no_wrap=True)
+    table.add_column("question", overflow="fold")
+    for item in pending:
+        age = "" if item.asked_at is None else _duration((now - item.asked_at).total_seconds())
+        deadline = ""
+        if item.deadline is not None:
+            left = (item.deadline - now).total_seconds()
+            local = item.deadline.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+            deadline = f"{local} (in {_duration(left)})"
+        table.add_row(
+            Text(item.turn_id),
+            Text(item.tool_call_id),
+            Text(item.tool_name),
+            age,
+            deadline,
+            Text(preview(item.question, 200)),
+        )
+    print_table(console, table)
 
 
 async def _client(temporal_address: str | None) -> Any:
@@ -587,12 +891,12 @@ def history_export(
 
     result = _run(go())
     if isinstance(result, list):
-        console.print(f"exported {len(result)} histories to {directory}")
+        console.print(Text(f"exported {len(result)} histories to {directory}"), soft_wrap=True)
     elif output is None:
         console.file.write(result + "\n")
     else:
         output.write_text(result + "\n")
-        console.print(f"exported {turn_id} to {output}")
+        console.print(Text(f"exported {turn_id} to {output}"), soft_wrap=True)
 
 
 @app.command()
@@ -630,7 +934,7 @@ def replay(
     else:
         for outcome in report.outcomes:
             mark = "[green]ok[/green]    " if outcome.ok else "[red]FAILED[/red]"
-            console.print(f"{mark} {outcome.source}", soft_wrap=True)
+            console.print(f"{mark} {escape(outcome.source)}", soft_wrap=True)
             if outcome.error:
                 console.print(f"       {outcome.error}", soft_wrap=True, markup=False)
         console.print(
@@ -644,6 +948,46 @@ def replay(
         raise typer.Exit(1)
 
 
+def _confirm_live_rerun(original: Any, where: str, yes: bool) -> None:
+    """Say which code runs a live rerun, and ask before tools run again for real.
+
+    Raises:
+        CommandError: the calls would run and nobody confirmed (no ``--yes``, no "y").
+    """
+    import click
+
+    from tooltrail.replays import calls_that_would_run
+
+    calls = calls_that_would_run(original)
+    errors.print(
+        Text(
+            f"rerun runs the turn's calls on the workers of {where}: their code and host "
+            "wiring, not --tools (which only describes the tools to the new turn)"
+        ),
+        soft_wrap=True,
+    )
+    if not calls or yes:
+        return
+    counts: dict[str, int] = {}
+    for call in calls:
+        counts[call.name] = counts.get(call.name, 0) + 1
+    listed = ", ".join(f"{name} x{n}" if n > 1 else name for name, n in counts.items())
+    question = (
+        f"Run {len(calls)} tool call{'s' if len(calls) > 1 else ''} again for real, side "
+        f"effects included ({listed})?"
+    )
+    try:
+        confirmed = click.confirm(question, default=False, err=True)
+    except click.exceptions.Abort:  # no answer (stdin closed): the prompt's line ends here
+        errors.print()
+        confirmed = False
+    if not confirmed:
+        raise CommandError(
+            f"not confirmed: rerun would run {len(calls)} tool calls again ({listed}); "
+            "pass --yes to run them, or --shadow to run nothing"
+        )
+
+
 @app.command()
 def rerun(
     turn_id: Annotated[str, typer.Argument(help="The turn to run again.")],
@@ -652,16 +996,32 @@ def rerun(
         bool,
         typer.Option("--shadow", help="Serve tool results from the audit trail (no side effects)."),
     ] = False,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes", "-y", help="Run the tools again without asking (a live rerun asks first)."
+        ),
+    ] = False,
     session: Annotated[str | None, typer.Option(help="Session of the new turn.")] = None,
     temporal_address: AddressOption = None,
     task_queue: Annotated[str | None, typer.Option(envvar="TOOLTRAIL_TASK_QUEUE")] = None,
     database_url: DatabaseOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Run a past turn's calls again (or in shadow) and show where the new turn differs."""
+    """Run a past turn's calls again (or in shadow) and show where the new turn differs.
+
+    A live rerun runs the tools again on the workers of the task queue (their code, not
+    --tools), so it asks first; exit 3 when the new turn differs.
+    """
     import tooltrail
+    from tooltrail.replays import load_turn
 
     host = load_host(tools)
+    settings = Settings()
+    where = (
+        f"task queue {task_queue or settings.task_queue!r} "
+        f"(Temporal at {temporal_address or settings.temporal_address})"
+    )
 
     async def go() -> Any:
         async with tooltrail.connect(
@@ -670,24 +1030,43 @@ def rerun(
             task_queue=task_queue,
             database_url=database_url,
         ) as tt:
+            if not shadow:
+                _confirm_live_rerun(await load_turn(tt.store, turn_id), where, yes)
             return await tt.rerun(turn_id, shadow=shadow, session_id=session)
 
     report = _run(go())
     if json_output:
         print_json(console, report.model_dump(mode="json"))
-        return
-    console.print(f"{report.mode} of {report.original_turn_id}: {report.new_turn_id}")
-    if report.same:
-        console.print("[green]no difference[/green]")
-        return
+    else:
+        _print_rerun(report)
+    if not report.same:
+        raise typer.Exit(EXIT_FOUND)  # a gate fails when the turn now goes differently
+
+
+def _print_rerun(report: Any) -> None:
     from rich.table import Table
 
+    from tooltrail.render import id_column
+
+    console.print(
+        Text(f"{report.mode} of {report.original_turn_id}: {report.new_turn_id}"), soft_wrap=True
+    )
+    if report.same:
+        console.print(Text("no difference", style="green"))
+        return
     table = Table(title="Divergences", title_justify="left")
-    for column in ("call", "aspect", "original", "now"):
-        table.add_column(column, overflow="fold")
+    id_column(table, "call")
+    table.add_column("aspect", no_wrap=True)
+    table.add_column("original", overflow="fold")
+    table.add_column("now", overflow="fold")
     for item in report.divergences:
-        table.add_row(item.tool_call_id or "(turn)", item.aspect, str(item.original), str(item.now))
-    console.print(table)
+        table.add_row(
+            Text(item.tool_call_id or "(turn)"),
+            Text(item.aspect),
+            Text(str(item.original)),
+            Text(str(item.now)),
+        )
+    print_table(console, table)
 
 
 @db_app.command("upgrade")
@@ -704,29 +1083,62 @@ def db_upgrade(
 
 
 @db_app.command("current")
-def db_current(database_url: DatabaseOption = None) -> None:
-    """Print the audit database's revision and the code's head."""
+def db_current(database_url: DatabaseOption = None, json_output: JsonOption = False) -> None:
+    """Print the audit database's revision and the code's head; exit 3 when it is behind."""
     from tooltrail.db.migrate import current_revision, head_revision
 
     current = _run(current_revision(_database_url(database_url)))
-    console.print(f"current: {current}\nhead:    {head_revision()}")
+    head = head_revision()
+    if json_output:
+        print_json(console, {"current": current, "head": head, "up_to_date": current == head})
+    else:
+        console.print(f"current: {current}\nhead:    {head}")
+        if current != head:
+            errors.print("the database is not at the code's head: run `tooltrail db upgrade`")
+    if current != head:
+        raise typer.Exit(EXIT_FOUND)
+
+
+def _json_mode(argv: list[str]) -> None:
+    """With ``--json``, keep stdout for the JSON: everything else written to fd 1 goes to stderr.
+
+    The redirection is at the file descriptor, so it also covers what child processes (the
+    embedded Temporal server's banner) and native code write.
+    """
+    options = argv[: argv.index("--")] if "--" in argv else argv
+    if "--json" not in options:
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    send_json_to(os.fdopen(saved, "w", encoding="utf-8"))
 
 
 def main() -> None:
     """Entry point of the ``tooltrail`` command."""
-    from tooltrail.logs import configure_logging
+    from tooltrail.logs import configure_logging, forward_core_logs
 
     code = 0
     try:
+        _json_mode(sys.argv[1:])
         try:
             configure_logging()
         except Exception as exc:  # bad settings must still let `tooltrail config show` run
-            errors.print(f"[yellow]warning:[/yellow] logging not configured: {exc}")
+            errors.print(Text(f"warning: logging not configured: {exc}", style="yellow"))
+        # The Temporal core logs to stdout by default: through Python logging instead.
+        forward_core_logs()
         # Schema checks open a migration context on every start; its INFO lines are noise.
         logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING)
         app()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except TooltrailError as exc:
+        # An everyday mistake caught outside a command's own handling (`--tools nosuch:x`).
+        _error_line(str(exc))
+        code = EXIT_ERROR
+    except RPCError as exc:
+        _error_line(rpc_error_text(exc))
+        code = EXIT_ERROR
     # The Temporal SDK's runtime threads can crash interpreter finalisation after all work
     # succeeded (exit 134/139); the command's own verdict is what counts.
     sys.stdout.flush()

@@ -8,11 +8,14 @@ the tools (``tooltrail.turn.prepare``), so ``connect()`` needs no host.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
+import random
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -29,11 +32,12 @@ from temporalio.exceptions import (
     ChildWorkflowError,
     WorkflowAlreadyStartedError,
 )
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
 from tooltrail.access import AccessDecision
 from tooltrail.config import RunConfig
-from tooltrail.db.migrate import check_schema, upgrade
 from tooltrail.db.store import AuditStore, TurnSummary
 from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.embedded import DEV_SERVER_ARGS, start_dev_server
@@ -47,10 +51,11 @@ from tooltrail.errors import (
 )
 from tooltrail.host import Host
 from tooltrail.llm.messages import Message
-from tooltrail.replays import RerunReport, compare, load_turn
+from tooltrail.replays import RecordedTurn, RerunReport, compare, load_turn
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
+from tooltrail.telemetry import ensure_configured
 from tooltrail.text import nesting_exceeds
 from tooltrail.tools import Tool, ToolRegistry
 from tooltrail.wire import (
@@ -67,8 +72,9 @@ from tooltrail.wire import (
     ShadowPlan,
     TurnInput,
     TurnOutput,
+    WorkerCatalog,
 )
-from tooltrail.worker import build_worker, connect_client, settings_client_options
+from tooltrail.worker import build_worker, open_deployment, settings_client_options
 
 __all__ = [
     "AgentHandle",
@@ -76,9 +82,12 @@ __all__ = [
     "Tooltrail",
     "TurnHandle",
     "TurnResult",
+    "WaitingApproval",
     "connect",
     "local",
 ]
+
+log = logging.getLogger("tooltrail.client")
 
 TurnResult = TurnOutput
 """The outcome of a turn: ``turn_id`` and ``results`` in the model's call order."""
@@ -100,6 +109,47 @@ def turn_error(failure: WorkflowFailureError, turn_id: str) -> TurnError:
         if cause.type == "ToolRecoveryExhausted" and len(details) >= 2:
             return ToolRecoveryExhausted(str(details[0]), int(details[1]), turn_id=turn_id)
     return TurnFailed(f"turn {turn_id!r} failed: {cause or failure}", turn_id=turn_id)
+
+
+# Waiting for a result is a long poll on the turn's history, and a namespace serves a
+# bounded number of them at once (the frontend's ``frontend.namespaceCount``, 1,200 by
+# default, also on the dev server): past it the server answers RESOURCE_EXHAUSTED "namespace
+# concurrent poller limit exceeded", which the SDK's core retries 5 times and then raises.
+# Such a wait is retried here, with jittered exponential backoff: a slot frees whenever a
+# waited-for turn ends, and the retried poll then returns at once for a turn already done.
+_POLLER_LIMIT = "concurrent poller limit"
+_WAIT_RETRY_FIRST_S = 0.2
+_WAIT_RETRY_MAX_S = 5.0
+
+
+def _poller_limit(exc: RPCError) -> bool:
+    return exc.status == RPCStatusCode.RESOURCE_EXHAUSTED and _POLLER_LIMIT in exc.message
+
+
+async def wait_for_result(handle: WorkflowHandle[Any, Any]) -> Any:
+    """Return ``handle.result()``, waiting out the namespace's concurrent poller limit.
+
+    Raises:
+        WorkflowFailureError: the workflow failed (as ``handle.result()``).
+        RPCError: any other RPC failure.
+    """
+    delay = _WAIT_RETRY_FIRST_S
+    retries = 0
+    while True:
+        try:
+            return await handle.result()
+        except RPCError as exc:
+            if not _poller_limit(exc):
+                raise
+            retries += 1
+            if retries == 1:
+                log.info(
+                    "waiting for %r: the namespace's concurrent poller limit is reached; "
+                    "retrying with backoff",
+                    handle.id,
+                )
+        await asyncio.sleep(random.uniform(0.5, 1.0) * delay)
+        delay = min(delay * 2, _WAIT_RETRY_MAX_S)
 
 
 class TurnHandle:
@@ -132,7 +182,7 @@ class TurnHandle:
             TurnFailed: the workflow failed for another reason.
         """
         try:
-            output = await self._handle.result()
+            output: TurnOutput = await wait_for_result(self._handle)
         except WorkflowFailureError as failure:
             raise turn_error(failure, self.turn_id) from failure
         calls = output.assistant.tool_calls if output.assistant is not None else []
@@ -197,6 +247,30 @@ class TurnHandle:
             raise ConfigurationError(message) from exc
 
 
+class WaitingApproval(PendingApproval):
+    """A call waiting for a human's decision, with its turn (``Tooltrail.waiting_approvals``)."""
+
+    turn_id: str
+
+
+# How many turns ``waiting_approvals`` asks at once, and how long one may take to answer (a
+# query needs a worker of the turn's queue; with none, it would wait for the server's limit).
+_APPROVAL_QUERIES = 16
+_APPROVAL_QUERY_TIMEOUT_S = 10.0
+
+
+MAX_START_BYTES = 2 * 1024 * 1024
+"""The largest turn input ``start_turn`` sends: Temporal's default payload limit (2 MiB, also
+Temporal Cloud's); a bigger one is refused before any RPC."""
+
+
+def _too_large(size: int) -> str:
+    return (
+        f"the turn's calls are too large to start it ({size} bytes; Temporal accepts "
+        "at most 2 MiB per payload): send large data by reference, not in arguments"
+    )
+
+
 class StuckTurn(BaseModel):
     """A turn whose workflow task failed again and again."""
 
@@ -252,9 +326,10 @@ class AgentHandle:
             TurnFailed: the run failed for another reason (e.g. the model refused a request).
         """
         try:
-            return await self._handle.result()
+            output: AgentRunOutput = await wait_for_result(self._handle)
         except WorkflowFailureError as failure:
             raise turn_error(failure, self.run_id) from failure
+        return output
 
 
 class Tooltrail:
@@ -267,17 +342,54 @@ class Tooltrail:
         *,
         task_queue: str,
         store: AuditStore,
+        learn_worker_tools: bool = False,
     ) -> None:
         """Wrap a Temporal client, the host wiring and the audit database.
 
         The client runs no tool code: the workers decide everything about the tools (see
-        ``start_turn``). ``host`` only serves ``authorize_tool`` (default: no tools).
+        ``start_turn``).
+
+        Args:
+            client: the Temporal client.
+            host: the host wiring; it only serves ``authorize_tool`` (default: no tools).
+            task_queue: the task queue of the deployment's workers.
+            store: the audit database.
+            learn_worker_tools: kept for compatibility; it changes nothing since the workers
+                plan turns: a turn that names no tools advertises what its worker serves (an
+                MCP server's tools included) either way, and ``worker_tools`` lists them.
         """
         self.client = client
         self.host = Host() if host is None else host
         self.task_queue = task_queue
         self.store = store
         self.sessions: set[str] = set()
+        self.learn_worker_tools = learn_worker_tools
+        self._worker_catalog: WorkerCatalog | None = None
+
+    async def worker_tools(self, *, refresh: bool = False) -> WorkerCatalog:
+        """Return the tools a worker of the task queue serves (asked once, then remembered).
+
+        One short workflow (``ToolCatalogWorkflow``) on the queue; no MCP server is started
+        here. Workers of one queue serve the same tools, so any worker's answer stands.
+
+        Raises:
+            TurnFailed: no worker answered within 30 s.
+        """
+        if self._worker_catalog is None or refresh:
+            try:
+                self._worker_catalog = await self.client.execute_workflow(
+                    "ToolCatalogWorkflow",
+                    id=f"tool-catalog-{uuid.uuid4()}",
+                    task_queue=self.task_queue,
+                    result_type=WorkerCatalog,
+                    execution_timeout=timedelta(seconds=30),
+                )
+            except WorkflowFailureError as failure:
+                raise TurnFailed(
+                    f"no worker of task queue {self.task_queue!r} said which tools it serves: "
+                    f"{failure.cause or failure}"
+                ) from failure
+        return self._worker_catalog
 
     async def start_turn(
         self,
@@ -324,6 +436,11 @@ class Tooltrail:
             rerun_of=rerun_of,
             shadow=shadow,
         )
+        size = len(inp.model_dump_json().encode("utf-8"))
+        if size > MAX_START_BYTES:
+            # Refused here: past gRPC's 4 MiB the server would answer with a raw transport
+            # error that says nothing about the arguments.
+            raise ConfigurationError(_too_large(size))
         try:
             handle = await self.client.start_workflow(
                 "TurnWorkflow",
@@ -345,13 +462,10 @@ class Tooltrail:
                 f"turn id {turn_id!r} was already used; turn ids are never reused"
             ) from exc
         except RPCError as exc:
-            if "size exceeds limit" not in str(exc):
+            # The encoded input (a codec adds bytes) may still pass a server's own limit.
+            if "size exceeds limit" not in str(exc) and "larger than max" not in str(exc):
                 raise
-            size = len(inp.model_dump_json().encode("utf-8"))
-            raise ConfigurationError(
-                f"the turn's calls are too large to start it ({size} bytes; Temporal accepts "
-                "at most 2 MiB per payload): send large data by reference, not in arguments"
-            ) from exc
+            raise ConfigurationError(_too_large(size)) from exc
         self.sessions.add(session_id)
         return TurnHandle(handle, self.store)
 
@@ -397,7 +511,7 @@ class Tooltrail:
         Raises:
             ConfigurationError: the audit trail has no such turn.
         """
-        original = await load_turn(self.store, turn_id)
+        original = await self._with_full_inputs(await load_turn(self.store, turn_id))
         mode: Literal["rerun", "shadow"] = "shadow" if shadow else "rerun"
         new_turn_id = f"{mode}-{turn_id}-{uuid.uuid4().hex[:8]}"
         plan = (
@@ -423,6 +537,34 @@ class Tooltrail:
             mode=mode,
             divergences=compare(original, new),
         )
+
+    async def _with_full_inputs(self, original: RecordedTurn) -> RecordedTurn:
+        """Put back the arguments the trail only noted (over 64 KB), from the turn's history.
+
+        Raises:
+            ConfigurationError: the history is gone (retention) or does not hold the call.
+        """
+        if not original.cut_inputs:
+            return original
+        turn_id = original.turn.turn_id
+        try:
+            history = await self.client.get_workflow_handle(turn_id).fetch_history()
+            started = history.events[0].workflow_execution_started_event_attributes
+            [inp] = await self.client.data_converter.decode(started.input.payloads, [TurnInput])
+        except (RPCError, ValueError, IndexError, TypeError) as exc:
+            raise ConfigurationError(
+                f"turn {turn_id!r}: the arguments of calls {original.cut_inputs} are too large "
+                "for the audit trail and only in the turn's Temporal history, which cannot be "
+                f"read ({exc}); the turn cannot be run again"
+            ) from exc
+        full = {call.id: call for call in inp.calls}
+        missing = [call_id for call_id in original.cut_inputs if call_id not in full]
+        if missing:
+            raise ConfigurationError(
+                f"turn {turn_id!r}: the history has no arguments for calls {missing}"
+            )
+        calls = [full[c.id] if c.id in original.cut_inputs else c for c in original.calls]
+        return original.model_copy(update={"calls": calls})
 
     async def start_agent(
         self,
@@ -519,6 +661,49 @@ class Tooltrail:
                 )
         return stuck
 
+    async def waiting_approvals(self, *, limit: int = 1000) -> list[WaitingApproval]:
+        """Return every call waiting for an approval, across running turns, oldest first.
+
+        Finds running turns with a visibility query and asks each for its
+        ``pending_approvals`` (16 at a time): one query per running turn, answered by a
+        worker from its cached state (200 running turns took 0.5 s here, 2.5 ms a turn;
+        each query is a billable action on Temporal Cloud). Turns that do not answer within
+        10 s (no worker on their queue) are logged and left out. Waiting calls are not
+        marked in a search attribute: that would need a custom attribute registered in
+        every namespace and a workflow change, for a listing operators run by hand.
+
+        Args:
+            limit: look at this many running turns at most (newest first).
+        """
+        query = 'WorkflowType="TurnWorkflow" AND ExecutionStatus="Running"'
+        ids = [execution.id async for execution in self.client.list_workflows(query, limit=limit)]
+        gate = asyncio.Semaphore(_APPROVAL_QUERIES)
+        silent: list[str] = []
+
+        async def ask(turn_id: str) -> list[WaitingApproval]:
+            async with gate:
+                try:
+                    async with asyncio.timeout(_APPROVAL_QUERY_TIMEOUT_S):
+                        pending = await self.get_turn(turn_id).pending_approvals()
+                except TimeoutError:
+                    silent.append(turn_id)
+                    return []
+                except RPCError:
+                    return []  # ended (or was removed) since the listing: nothing waits
+            return [WaitingApproval(turn_id=turn_id, **p.model_dump()) for p in pending]
+
+        found = [item for batch in await asyncio.gather(*map(ask, ids)) for item in batch]
+        if silent:
+            log.warning(
+                "%d running turns did not answer within %gs (is a worker polling their task "
+                "queue?): %s",
+                len(silent),
+                _APPROVAL_QUERY_TIMEOUT_S,
+                ", ".join(silent),
+            )
+        far = datetime.max.replace(tzinfo=UTC)
+        return sorted(found, key=lambda item: (item.asked_at or far, item.turn_id))
+
     async def conversation(self, run_id: str) -> list[Message]:
         """Return an agent run's conversation, in order (kept in SQL, not in history)."""
         return await self.store.conversation(run_id)
@@ -581,6 +766,7 @@ async def local(
     port: int | None = None,
     server_db_filename: str | None = None,
     server_args: Sequence[str] = DEV_SERVER_ARGS,
+    shutdown_timeout_s: float = 10.0,
 ) -> AsyncIterator[Tooltrail]:
     """Run everything in-process: the embedded Temporal dev server, a worker and the database.
 
@@ -598,38 +784,97 @@ async def local(
         server_db_filename: keep the server's state in this SQLite file (default: memory).
         server_args: the dev server's own arguments (default: tooltrail's tuning,
             ``DEV_SERVER_ARGS``; ``()`` runs it with Temporal's defaults).
+        shutdown_timeout_s: how long the worker may take to stop on exit before it is
+            cancelled (a turn whose final audit write is retrying against an unreachable
+            database would otherwise hold it for ever; see ``_bounded``).
     """
-    wired = Host.coerce(host)
-    url = database_url or wired.database_url or Settings().effective_database_url()
-    await upgrade(url)
-    env = await start_dev_server(
-        port=port,
-        ui=ui,
-        ui_port=ui_port,
-        db_filename=server_db_filename,
-        extra_args=server_args,
-    )
-    # The embedded server's client, with the configured codec and tracing.
-    options = settings_client_options(Settings())
-    options.pop("api_key", None)
-    options.pop("tls", None)
-    client = Client(
-        env.client.service_client,
-        namespace=env.client.namespace,
-        data_converter=options["data_converter"],
-        interceptors=options.get("interceptors", []),
-    )
-    store = AuditStore(url)
-    scratch = ScratchDirs(wired.scratch_base, enabled=wired.managed_scratch)
-    tt = Tooltrail(client, wired, task_queue=task_queue, store=store)
+    servers: list[WorkflowEnvironment] = []
+    telemetry: list[Any] = []
+
+    async def embedded_client(settings: Settings) -> Client:
+        # Started once the database is migrated, so a bad database starts no server.
+        # A worker runs here: its spans go to the OTEL_* exporters (unless the application
+        # installed a tracer provider of its own).
+        configured = ensure_configured(settings)
+        if configured is not None:
+            telemetry.append(configured)
+        env = await start_dev_server(
+            port=port,
+            ui=ui,
+            ui_port=ui_port,
+            db_filename=server_db_filename,
+            extra_args=server_args,
+            startup_timeout_s=settings.embedded_startup_timeout_s,
+        )
+        servers.append(env)
+        # The embedded server's client, with the configured codec and tracing.
+        options = settings_client_options(settings)
+        options.pop("api_key", None)
+        options.pop("tls", None)
+        return Client(
+            env.client.service_client,
+            namespace=env.client.namespace,
+            data_converter=options["data_converter"],
+            interceptors=options.get("interceptors", []),
+        )
+
     try:
-        async with build_worker(client, wired, task_queue=task_queue, store=store, scratch=scratch):
-            yield tt
+        async with open_deployment(
+            host,
+            task_queue=task_queue,
+            database_url=database_url,
+            migrate=True,
+            client=embedded_client,
+        ) as deployment:
+            wired, client, store = deployment.host, deployment.client, deployment.store
+            scratch = ScratchDirs(wired.scratch_base, enabled=wired.managed_scratch)
+            tt = Tooltrail(client, wired, task_queue=task_queue, store=store)
+            try:
+                async with _bounded(
+                    build_worker(
+                        client, wired, task_queue=task_queue, store=store, scratch=scratch
+                    ),
+                    shutdown_timeout_s,
+                ):
+                    yield tt
+            finally:
+                for session_id in tt.sessions:
+                    scratch.remove(session_id)
     finally:
-        for session_id in tt.sessions:
-            scratch.remove(session_id)
-        await store.close()
-        await env.shutdown()
+        for env in servers:
+            await env.shutdown()
+        for configured in telemetry:
+            configured.flush()  # the providers are global: flushed, not shut down
+
+
+@contextlib.asynccontextmanager
+async def _bounded(running: Worker, timeout_s: float) -> AsyncIterator[Worker]:
+    """Run a worker; on exit give its shutdown ``timeout_s``, then cancel it.
+
+    A worker's shutdown waits for the workflow tasks it holds, and a turn's final audit write
+    is a local activity that retries inside its workflow task until the database answers:
+    with the database down, shutdown would wait for ever. Cancelled, the worker lets go of
+    the task; the server hands it to the next worker of the queue, which replays the turn
+    and writes its records then (with an embedded server in memory there is no next worker:
+    the turn, its history and the unwritten records end with the process).
+    """
+    task = asyncio.create_task(running.run(), name="tooltrail-local-worker")
+    try:
+        yield running
+    finally:
+        stopping = asyncio.create_task(running.shutdown())
+        done, _ = await asyncio.wait([stopping], timeout=timeout_s)
+        if not done:
+            log.warning(
+                "the worker did not stop within %gs (a workflow task is still busy, e.g. an "
+                "audit write retrying against an unreachable database); cancelling it",
+                timeout_s,
+            )
+            for pending in (task, stopping):
+                pending.cancel()
+        await asyncio.wait([task, stopping])
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            log.warning("the worker stopped with an error: %s", task.exception())
 
 
 @contextlib.asynccontextmanager
@@ -640,27 +885,33 @@ async def connect(
     namespace: str | None = None,
     task_queue: str | None = None,
     database_url: str | None = None,
+    learn_worker_tools: bool | None = None,
 ) -> AsyncIterator[Tooltrail]:
     """Connect to an existing deployment (workers run ``tooltrail worker``).
 
     The client needs no tools: the workers decide what they offer and how each call runs.
     ``host``, if given, serves ``authorize_tool`` and its ``database_url``. Options default
-    to the settings (``TOOLTRAIL_*`` environment variables).
+    to the settings (``TOOLTRAIL_*`` environment variables); ``learn_worker_tools`` (default:
+    whether the settings list MCP servers) is ``Tooltrail``'s.
 
     Raises:
         DatabaseSchemaError: the database is not migrated (run ``tooltrail db upgrade``).
     """
-    settings = Settings()
-    wired = Host() if host is None else Host.coerce(host)
-    url = database_url or wired.database_url or settings.effective_database_url()
-    await check_schema(url)
-    client = await connect_client(
-        temporal_address or settings.temporal_address,
-        namespace=namespace or settings.namespace,
-        **settings_client_options(settings),
-    )
-    store = AuditStore(url)
-    try:
-        yield Tooltrail(client, wired, task_queue=task_queue or settings.task_queue, store=store)
-    finally:
-        await store.close()
+    async with open_deployment(
+        host,
+        temporal_address=temporal_address,
+        namespace=namespace,
+        task_queue=task_queue,
+        database_url=database_url,
+    ) as deployment:
+        yield Tooltrail(
+            deployment.client,
+            deployment.host,
+            task_queue=deployment.task_queue,
+            store=deployment.store,
+            learn_worker_tools=(
+                bool(deployment.settings.mcp_servers)
+                if learn_worker_tools is None
+                else learn_worker_tools
+            ),
+        )

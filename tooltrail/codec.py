@@ -5,12 +5,21 @@ results (tool arguments, tool outputs, audit records riding along) reach the Tem
 only as ciphertext; its history holds no plaintext of them. The worker and the client must
 use the same keys.
 
-Wire format (the one of Temporal's encryption sample, so a codec server written against it
-can decode tooltrail's payloads):
+Wire format (the layout of Temporal's encryption sample, plus associated data):
 
-* metadata ``encoding: binary/encrypted`` and ``encryption-key-id: <key id>``;
+* metadata ``encoding: binary/encrypted``, ``encryption-key-id: <key id>`` and
+  ``encryption-version: 2``;
 * data ``nonce (12 random bytes) || AES-GCM ciphertext and tag`` of the original payload's
-  protobuf bytes (``payload.SerializeToString()``), metadata included.
+  protobuf bytes (``payload.SerializeToString()``), metadata included;
+* the associated data binds that outer metadata to the ciphertext
+  (``tooltrail/aes-256-gcm/2 NUL encoding NUL key id``): a payload whose key id, encoding or
+  version was changed no longer authenticates. Use ``tooltrail codec-server`` to show
+  payloads in the Temporal UI or CLI.
+
+Payloads without ``encryption-version`` were written by pre-release tooltrail, without
+associated data (version 1); they still decrypt, and nothing writes them any more. Removing
+the marker from a version 2 payload does not turn it into version 1: its tag was computed
+over the associated data, so it fails authentication.
 
 Key rotation: new payloads are encrypted with the active key; any key id still configured
 decrypts. Add the new key first (``new:...,old:...``), and drop the old one only once no open
@@ -41,12 +50,16 @@ from temporalio.converter import (
 
 from tooltrail.converter import wire_data_converter
 from tooltrail.errors import ConfigurationError, TooltrailError
+from tooltrail.settings import Settings
 
 __all__ = [
     "ENCODING",
+    "FORMAT_VERSION",
     "KEY_ID_METADATA",
+    "VERSION_METADATA",
     "AesGcmCodec",
     "PayloadDecryptionError",
+    "codec_from_settings",
     "data_converter",
     "generate_key",
 ]
@@ -55,6 +68,17 @@ ENCODING = b"binary/encrypted"
 """The ``encoding`` metadata value of an encrypted payload."""
 KEY_ID_METADATA = "encryption-key-id"
 """The metadata key naming the key that encrypted a payload."""
+VERSION_METADATA = "encryption-version"
+"""The metadata key of the format version (absent: version 1, no associated data)."""
+FORMAT_VERSION = b"2"
+"""The format ``encode`` writes: AES-256-GCM with the outer metadata as associated data."""
+_AAD_PREFIX = b"tooltrail/aes-256-gcm/2\x00"
+
+
+def _associated_data(key_id: bytes) -> bytes:
+    """The associated data of a version 2 payload: its outer metadata, in a fixed order."""
+    return _AAD_PREFIX + ENCODING + b"\x00" + key_id
+
 
 KEY_BYTES = 32
 """AES-256: keys are 32 bytes."""
@@ -210,13 +234,18 @@ class AesGcmCodec(PayloadCodec):
         """
         cipher = self._ciphers[self._active_key_id]
         key_id = self._active_key_id.encode("utf-8")
+        associated = _associated_data(key_id)
         encrypted = []
         for payload in payloads:
             nonce = os.urandom(NONCE_BYTES)
-            sealed = cipher.encrypt(nonce, payload.SerializeToString(), None)
+            sealed = cipher.encrypt(nonce, payload.SerializeToString(), associated)
             encrypted.append(
                 Payload(
-                    metadata={"encoding": ENCODING, KEY_ID_METADATA: key_id},
+                    metadata={
+                        "encoding": ENCODING,
+                        KEY_ID_METADATA: key_id,
+                        VERSION_METADATA: FORMAT_VERSION,
+                    },
                     data=nonce + sealed,
                 )
             )
@@ -259,6 +288,18 @@ class AesGcmCodec(PayloadCodec):
                 "add that key to the payload encryption keys",
                 key_id=key_id,
             )
+        version = payload.metadata.get(VERSION_METADATA)
+        if version is None:
+            associated = None  # version 1: pre-release payloads, no associated data
+        elif version == FORMAT_VERSION:
+            associated = _associated_data(raw_id)
+        else:
+            raise PayloadDecryptionError(
+                f"cannot decrypt payload under key id {key_id!r}: unsupported "
+                f"{VERSION_METADATA} {version!r} (this tooltrail writes {FORMAT_VERSION!r}); "
+                "upgrade tooltrail",
+                key_id=key_id,
+            )
         data = payload.data
         if len(data) < NONCE_BYTES + _TAG_BYTES:
             raise PayloadDecryptionError(
@@ -267,11 +308,12 @@ class AesGcmCodec(PayloadCodec):
                 key_id=key_id,
             )
         try:
-            plaintext = cipher.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], None)
+            plaintext = cipher.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], associated)
         except InvalidTag:
             raise PayloadDecryptionError(
                 f"cannot decrypt payload under key id {key_id!r}: authentication failed "
-                "(the payload was altered, or encrypted with a different key of that id)",
+                "(the payload or its metadata was altered, or it was encrypted with a "
+                "different key of that id)",
                 key_id=key_id,
             ) from None
         try:
@@ -310,6 +352,17 @@ def _decode_key(encoded: str, where: str) -> bytes:
             f"{where}: the key decodes to {len(key)} bytes; AES-256-GCM needs exactly {KEY_BYTES}"
         )
     return key
+
+
+def codec_from_settings(settings: Settings) -> AesGcmCodec | None:
+    """Return the codec of the settings' keys, or ``None`` when none are configured.
+
+    ``TOOLTRAIL_CODEC_KEYS`` lists the keys; ``TOOLTRAIL_CODEC_KEY_ID`` (default: the first)
+    encrypts new payloads.
+    """
+    if settings.codec_keys is None:
+        return None
+    return AesGcmCodec(settings.codec_key_ring(), settings.active_codec_key_id() or "")
 
 
 def data_converter(

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from pydantic.json_schema import JsonSchemaValue
     from pydantic_core import CoreSchema
 
+    from tooltrail.idempotency import IdempotencyDeclaration
+
 __all__ = [
     "DEFAULTS_ATTRIBUTE",
     "MODULE_DEFAULTS_NAME",
@@ -272,7 +274,7 @@ class ToolDefaults:
 
     guard: InputGuard | None = None
     """The tool-level guard of tools that declare none."""
-    idempotent: Any = None
+    idempotent: IdempotencyDeclaration = None
     """The idempotency of tools that declare none (``True``, ``False`` or a policy)."""
 
     def __post_init__(self) -> None:
@@ -292,7 +294,9 @@ def as_input_guard(guard: object) -> InputGuard | None:
     raise ToolDefinitionError(f"guard must be an InputGuard, got {guard!r}")
 
 
-def tool_defaults(*, guard: InputGuard | None = None, idempotent: Any = None) -> Callable[[_C], _C]:
+def tool_defaults(
+    *, guard: InputGuard | None = None, idempotent: IdempotencyDeclaration = None
+) -> Callable[[_C], _C]:
     """Class decorator: defaults for the ``@tool`` methods of a toolkit class.
 
     A method's own ``guard``/``idempotent`` wins; otherwise the nearest class in the MRO with

@@ -9,9 +9,11 @@ waited for. When the body finishes, its outcome is committed under the key for
 ``ttl_seconds``. Every later call with the same key gets that outcome and the body does not
 run again.
 
-The SQL store compares times only with the database's clock: workers with skewed clocks
-still agree on who holds a lease and when an outcome expires. No transaction is held while a
-body runs.
+This module is the logic and the store's contract, with an in-memory store for one process;
+it imports no SQL. The shared store is ``tooltrail.db.idempotency.SqlIdempotencyStore``, in the
+database layer: it compares times only with the database's clock, so workers with skewed
+clocks still agree on who holds a lease and when an outcome expires, and it holds no
+transaction while a body runs.
 
 Exceptions raised here::
 
@@ -30,34 +32,14 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol, TypeAlias, assert_never, cast
+from typing import Any, Literal, Protocol, TypeAlias, assert_never
 
 from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic_core import to_jsonable_python
-from sqlalchemy import (
-    ColumnElement,
-    DateTime,
-    Table,
-    and_,
-    case,
-    delete,
-    func,
-    literal_column,
-    null,
-    or_,
-    select,
-    type_coerce,
-    update,
-)
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from tooltrail.db.orm import IdempotencyRecordRow
-from tooltrail.db.store import AuditStore, _aware, _insert
 from tooltrail.errors import ToolDefinitionError, TooltrailError
 from tooltrail.text import canonical_json
 
@@ -70,6 +52,7 @@ __all__ = [
     "CompleteHook",
     "Completed",
     "Idempotency",
+    "IdempotencyDeclaration",
     "IdempotencyKeyError",
     "IdempotencyRecord",
     "IdempotencyStore",
@@ -77,11 +60,12 @@ __all__ = [
     "IdempotentResult",
     "InMemoryIdempotencyStore",
     "OutcomeHook",
-    "SqlIdempotencyStore",
     "StoredOutcome",
     "busy_text",
     "canonical_snapshot_text",
     "derive_key",
+    "outcome_state",
+    "put_owner",
     "resolve_idempotency",
     "run_idempotent",
 ]
@@ -212,7 +196,18 @@ class Idempotency:
             )
 
 
-def resolve_idempotency(value: bool | Idempotency | None) -> Idempotency | None:
+IdempotencyDeclaration: TypeAlias = bool | Idempotency | None
+"""What ``@tool(idempotent=...)``, ``@tool_defaults(idempotent=...)`` and
+``ToolDefaults(idempotent=...)`` accept.
+
+``True`` means ``Idempotency()``; ``False`` means not idempotent; a policy is used as given
+(``strategy="none"``: not idempotent); ``None`` declares nothing at this level, so the next
+one decides: a tool's ``None`` inherits its class's ``@tool_defaults``, then its module's
+``TOOLTRAIL_DEFAULTS``, and when nobody declares anything the tool is not idempotent.
+"""
+
+
+def resolve_idempotency(value: IdempotencyDeclaration) -> Idempotency | None:
     """Return the effective policy of a declaration, or ``None`` when the store is not used.
 
     ``True`` means ``Idempotency()``; ``False``, ``None`` (nothing declared anywhere) and a
@@ -391,10 +386,11 @@ class Busy:
 
 Claim: TypeAlias = Acquired | Completed | Busy
 
-CompleteHook: TypeAlias = Callable[[AsyncSession | None, bool], Awaitable[None]]
+CompleteHook: TypeAlias = Callable[[Any, bool], Awaitable[None]]
 """``also(session, completed)`` run inside ``complete``'s transaction, after its update.
 
-``session`` is the SQL store's session (``None`` for the in-memory store); ``completed`` is
+``session`` is the store's open transaction: the SQL store's ``AsyncSession``, ``None`` for
+the in-memory store (typed ``Any`` so that this module needs no SQL); ``completed`` is
 ``False`` when the claim was no longer this owner's (the lease was lost). If the hook raises,
 nothing of the transaction is committed.
 """
@@ -452,11 +448,13 @@ class IdempotencyRecord(BaseModel):
     expires_at: datetime | None
 
 
-def _outcome_state(outcome: StoredOutcome) -> Literal["succeeded", "failed"]:
+def outcome_state(outcome: StoredOutcome) -> Literal["succeeded", "failed"]:
+    """The stored ``state`` of a completed key with this outcome."""
     return "succeeded" if outcome.ok else "failed"
 
 
-def _put_owner(outcome: StoredOutcome) -> str:
+def put_owner(outcome: StoredOutcome) -> str:
+    """The ``owner`` recorded for an outcome stored with ``put`` (no claim ever held it)."""
     return f"put:{outcome.source_call_id}" if outcome.source_call_id else "put"
 
 
@@ -570,7 +568,7 @@ class InMemoryIdempotencyStore:
             if row is None:
                 return False
             now = self._now()
-            row.state = _outcome_state(outcome)
+            row.state = outcome_state(outcome)
             row.outcome = outcome
             row.lease_expires_at = None
             row.completed_at = now
@@ -601,8 +599,8 @@ class InMemoryIdempotencyStore:
             self._rows[key] = _MemoryRow(
                 tool_name=tool_name or (old.tool_name if old else ""),
                 scope_principal=old.scope_principal if old else None,
-                state=_outcome_state(outcome),
-                owner=_put_owner(outcome),
+                state=outcome_state(outcome),
+                owner=put_owner(outcome),
                 lease_expires_at=None,
                 created_at=now,
                 outcome=outcome,
@@ -644,282 +642,12 @@ class InMemoryIdempotencyStore:
             return len(gone)
 
 
-# -- SQL store -------------------------------------------------------------------------------
-
-_TABLE = cast(Table, IdempotencyRecordRow.__table__)
-_C = _TABLE.c
-# SQLAlchemy stores DATETIME on SQLite as text with six fractional digits; SQLite's own clock
-# gives three, so pad it: the text of both compares in time order.
-_SQLITE_NOW_FORMAT = "%Y-%m-%d %H:%M:%f"
-_DB_ERRORS = (DBAPIError, PoolTimeoutError, OSError, TimeoutError)
-
-
-class SqlIdempotencyStore:
-    """The idempotency store in the audit database's ``idempotency_record`` table (§5.4).
-
-    Every time comparison uses the database's clock; every method is one short transaction
-    (``claim`` at most two). Database failures raise ``IdempotencyStoreUnavailable``.
-    """
-
-    def __init__(self, store: AuditStore) -> None:
-        """Use the audit database of ``store`` (its engine and session factory)."""
-        self._store = store
-        self._postgres = store.engine.dialect.name == "postgresql"
-
-    def _db_now(self, plus_seconds: float = 0.0) -> ColumnElement[datetime]:
-        """The database's current time, plus a number of seconds, as a SQL expression."""
-        if not math.isfinite(plus_seconds):
-            raise ValueError(f"not a finite number of seconds: {plus_seconds!r}")
-        offset = f"{plus_seconds:.6f}"
-        if self._postgres:
-            # statement_timestamp(): the server's clock at the start of this statement, not
-            # the start of the transaction as now() would be.
-            sql = "statement_timestamp()"
-            if plus_seconds:
-                sql = f"(statement_timestamp() + interval '{offset} seconds')"
-            return literal_column(sql, DateTime(timezone=True))
-        # SQLite's 'now' is fixed for the duration of one statement.
-        expr = func.strftime(_SQLITE_NOW_FORMAT, "now", f"{offset} seconds").concat("000")
-        return type_coerce(expr, DateTime(timezone=True))
-
-    @contextlib.asynccontextmanager
-    async def _transaction(self, what: str) -> AsyncIterator[AsyncSession]:
-        try:
-            async with self._store.sessions.begin() as session:
-                yield session
-        except _DB_ERRORS as exc:
-            raise IdempotencyStoreUnavailable(
-                f"idempotency store unavailable ({what}): {type(exc).__name__}: {exc}"
-            ) from exc
-
-    async def claim(
-        self,
-        key: str,
-        *,
-        tool_name: str,
-        owner: str,
-        lease_seconds: float,
-        scope_principal: str | None = None,
-    ) -> Claim:
-        """Claim ``key`` for ``owner``; see ``IdempotencyStore.claim``.
-
-        1. insert a pending row (``ON CONFLICT DO NOTHING``): a new row means ``Acquired``;
-        2. take over a pending row whose lease lapsed, or a completed row that expired:
-           ``Acquired``;
-        3. read the row: an unexpired outcome means ``Completed``, a pending claim ``Busy``.
-
-        Raises:
-            IdempotencyStoreUnavailable: the database failed.
-        """
-        fresh = {
-            "tool_name": tool_name,
-            "scope_principal": scope_principal,
-            "state": "pending",
-            "owner": owner,
-            "lease_expires_at": self._db_now(lease_seconds),
-            "outcome": null(),
-            "source_call_id": None,
-            "created_at": self._db_now(),
-            "completed_at": None,
-            "expires_at": None,
-        }
-        # A row can vanish between the steps (released, or purged): then start over. After a
-        # few rounds of that, report Busy and let the caller poll.
-        for _ in range(3):
-            async with self._transaction("claim") as session:
-                inserted = await session.execute(
-                    _insert(session, _TABLE)
-                    .values(key=key, **fresh)
-                    .on_conflict_do_nothing(index_elements=["key"])
-                    .returning(_C.key)
-                )
-                if inserted.first() is not None:
-                    return Acquired()
-                now = self._db_now()
-                taken = await session.execute(
-                    update(_TABLE)
-                    .where(
-                        _C.key == key,
-                        or_(
-                            and_(_C.state == "pending", _C.lease_expires_at < now),
-                            and_(_C.state != "pending", _C.expires_at <= now),
-                        ),
-                    )
-                    .values(**fresh)
-                    .returning(_C.key)
-                )
-                if taken.first() is not None:
-                    return Acquired()
-            async with self._transaction("claim") as session:
-                row = (
-                    await session.execute(
-                        select(
-                            _C.state,
-                            _C.outcome,
-                            _C.lease_expires_at,
-                            case((_C.expires_at > self._db_now(), True), else_=False).label("live"),
-                        ).where(_C.key == key)
-                    )
-                ).first()
-            if row is None:
-                continue
-            if row.state == "pending":
-                return Busy(_aware(row.lease_expires_at))
-            if row.live and row.outcome is not None:
-                return Completed(StoredOutcome.model_validate(row.outcome))
-        return Busy(None)
-
-    def _owned(self, key: str, owner: str) -> ColumnElement[bool]:
-        return and_(_C.key == key, _C.owner == owner, _C.state == "pending")
-
-    async def renew(self, key: str, *, owner: str, lease_seconds: float) -> bool:
-        """Extend ``owner``'s pending claim; see ``IdempotencyStore.renew``.
-
-        Raises:
-            IdempotencyStoreUnavailable: the database failed.
-        """
-        async with self._transaction("renew") as session:
-            result = await session.execute(
-                update(_TABLE)
-                .where(self._owned(key, owner))
-                .values(lease_expires_at=self._db_now(lease_seconds))
-                .returning(_C.key)
-            )
-            return result.first() is not None
-
-    async def complete(
-        self,
-        key: str,
-        *,
-        owner: str,
-        outcome: StoredOutcome,
-        ttl_seconds: int,
-        also: CompleteHook | None = None,
-    ) -> bool:
-        """Store ``outcome`` for ``owner``'s claim; see ``IdempotencyStore.complete``.
-
-        ``also(session, completed)`` runs in the same transaction after the update, so the
-        caller's audit row commits together with the outcome, or neither does.
-
-        Raises:
-            IdempotencyStoreUnavailable: the database failed (nothing was committed).
-        """
-        async with self._transaction("complete") as session:
-            result = await session.execute(
-                update(_TABLE)
-                .where(self._owned(key, owner))
-                .values(
-                    state=_outcome_state(outcome),
-                    outcome=outcome.model_dump(mode="json"),
-                    source_call_id=outcome.source_call_id,
-                    lease_expires_at=None,
-                    completed_at=self._db_now(),
-                    expires_at=self._db_now(ttl_seconds),
-                )
-                .returning(_C.key)
-            )
-            completed = result.first() is not None
-            if also is not None:
-                await also(session, completed)
-            return completed
-
-    async def release(self, key: str, *, owner: str) -> None:
-        """Drop ``owner``'s pending claim; see ``IdempotencyStore.release``.
-
-        Raises:
-            IdempotencyStoreUnavailable: the database failed.
-        """
-        async with self._transaction("release") as session:
-            await session.execute(delete(_TABLE).where(self._owned(key, owner)))
-
-    async def get(self, key: str) -> StoredOutcome | None:
-        """Return the unexpired outcome of ``key``, or ``None``.
-
-        Raises:
-            IdempotencyStoreUnavailable: the database failed.
-        """
-        async with self._transaction("get") as session:
-            outcome = (
-                await session.execute(
-                    select(_C.outcome).where(
-                        _C.key == key, _C.state != "pending", _C.expires_at > self._db_now()
-                    )
-                )
-            ).scalar_one_or_none()
-        return None if outcome is None else StoredOutcome.model_validate(outcome)
-
-    async def put(
-        self, key: str, outcome: StoredOutcome, *, ttl_seconds: int, tool_name: str = ""
-    ) -> None:
-        """Store an outcome directly, replacing any row; see ``IdempotencyStore.put``.
-
-        Raises:
-            IdempotencyStoreUnavailable: the database failed.
-        """
-        values: dict[str, Any] = {
-            "state": _outcome_state(outcome),
-            "owner": _put_owner(outcome),
-            "lease_expires_at": None,
-            "outcome": outcome.model_dump(mode="json"),
-            "source_call_id": outcome.source_call_id,
-            "created_at": self._db_now(),
-            "completed_at": self._db_now(),
-            "expires_at": self._db_now(ttl_seconds),
-        }
-        replace = dict(values)
-        if tool_name:
-            replace["tool_name"] = tool_name
-        async with self._transaction("put") as session:
-            await session.execute(
-                _insert(session, _TABLE)
-                .values(key=key, tool_name=tool_name, scope_principal=None, **values)
-                .on_conflict_do_update(index_elements=["key"], set_=replace)
-            )
-
-    async def record(self, key: str) -> IdempotencyRecord | None:
-        """Return a copy of the row stored under ``key`` (expired or not), or ``None``.
-
-        Raises:
-            IdempotencyStoreUnavailable: the database failed.
-        """
-        async with self._transaction("record") as session:
-            row = await session.get(IdempotencyRecordRow, key)
-            if row is None:
-                return None
-            return IdempotencyRecord(
-                key=row.key,
-                tool_name=row.tool_name,
-                scope_principal=row.scope_principal,
-                state=row.state,  # the CHECK constraint holds it to the Literal
-                owner=row.owner,
-                lease_expires_at=_aware(row.lease_expires_at),
-                outcome=None if row.outcome is None else StoredOutcome.model_validate(row.outcome),
-                source_call_id=row.source_call_id,
-                created_at=_aware(row.created_at) or row.created_at,
-                completed_at=_aware(row.completed_at),
-                expires_at=_aware(row.expires_at),
-            )
-
-    async def purge_expired(self) -> int:
-        """Delete expired outcomes; return how many. Correctness never depends on it.
-
-        Raises:
-            IdempotencyStoreUnavailable: the database failed.
-        """
-        async with self._transaction("purge") as session:
-            result = await session.execute(
-                delete(_TABLE)
-                .where(_C.state != "pending", _C.expires_at <= self._db_now())
-                .returning(_C.key)
-            )
-            return len(result.all())
-
-
 # -- resolution (spec §5.5) ------------------------------------------------------------------
 
-OutcomeHook: TypeAlias = Callable[[AsyncSession | None, StoredOutcome, bool], Awaitable[None]]
+OutcomeHook: TypeAlias = Callable[[Any, StoredOutcome, bool], Awaitable[None]]
 """``on_complete(session, outcome, completed)``: the caller's share of the completing
-transaction (its audit row). ``completed=False`` means the lease was lost."""
+transaction (its audit row); ``session`` as for ``CompleteHook``. ``completed=False`` means the
+lease was lost."""
 
 
 @dataclass(frozen=True)
@@ -1117,7 +845,7 @@ async def _complete(
     if on_complete is not None:
         hook = on_complete
 
-        async def join(session: AsyncSession | None, completed: bool) -> None:
+        async def join(session: Any, completed: bool) -> None:
             await hook(session, outcome, completed)
 
         also = join

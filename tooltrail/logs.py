@@ -45,9 +45,14 @@ __all__ = [
     "TextFormatter",
     "call_context",
     "configure_logging",
+    "core_logging_config",
     "current_call",
+    "forward_core_logs",
     "log_context",
 ]
+
+CORE_LOGGER = "temporalio.core"
+"""The Python logger that receives the Temporal core's (Rust) log lines (``forward_core_logs``)."""
 
 HANDLER_NAME = "tooltrail"
 """Name of the handler ``configure_logging`` installs (and replaces when called again)."""
@@ -294,3 +299,32 @@ def configure_logging(
     workflow.logger.workflow_info_on_message = not json_mode
     activity.logger.activity_info_on_message = not json_mode
     return handler
+
+
+def core_logging_config() -> Any:
+    """Return the Temporal runtime's logging config that forwards core lines to Python logging.
+
+    The core (the SDK's Rust part) writes its own lines to stdout by default, in its own
+    format, past any handler or secret filter; forwarded, they are records of the
+    ``temporalio.core`` logger (WARN and above from the core, ERROR from its dependencies),
+    formatted and masked like every other line. Pass it to any ``Runtime`` you build (with
+    metrics, say): ``TelemetryConfig(logging=core_logging_config(), ...)``.
+    """
+    from temporalio.runtime import LogForwardingConfig, LoggingConfig, TelemetryFilter
+
+    return LoggingConfig(
+        filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+        forwarding=LogForwardingConfig(logger=logging.getLogger(CORE_LOGGER)),
+    )
+
+
+def forward_core_logs() -> None:
+    """Make the default Temporal runtime forward the core's log lines to Python logging.
+
+    Call it before the first client or worker is created (they keep the runtime they were
+    made with); the CLI does it first thing.
+    """
+    from temporalio.runtime import Runtime, TelemetryConfig
+
+    runtime = Runtime(telemetry=TelemetryConfig(logging=core_logging_config()))
+    Runtime.set_default(runtime, error_if_already_set=False)

@@ -12,6 +12,16 @@ cancel scopes that must be entered and exited by the *same* task. Tool attempts 
 whatever task the activity gets, so the session is opened and closed by a task of its own,
 and attempts only send requests over it.
 
+Arguments are checked against the tool's input schema (JSON Schema, as the server lists it)
+before the call: a call that does not fit is a guardrail violation the model reads
+(``guardrail violation: <field>: <reason>``), as for any tool, and the server never sees it.
+
+Workers get their servers from ``tooltrail worker --mcp "PREFIX=COMMAND ARGS"`` (and
+``--mcp-url "PREFIX=URL"``, or the ``TOOLTRAIL_MCP_SERVERS`` setting): ``open_mcp_servers``
+registers them when the worker starts, in its event loop, and closes them when it stops.
+Clients do not start servers: they learn the tool names from a worker
+(``Tooltrail.worker_tools``).
+
 Failures: a session that breaks (the server process died, the HTTP server went away) is
 re-established once per call, and the call sent again. A tool that was running when its
 server died may therefore run twice; MCP tools are never idempotent here (``DynamicTool``),
@@ -23,17 +33,22 @@ still unreachable after the reconnect. Only cancellation propagates.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import re
+import shlex
 import sys
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+import jsonschema
+from jsonschema.protocols import Validator
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -59,9 +74,16 @@ from tooltrail.errors import (
     ToolError,
 )
 from tooltrail.results import ImagePart, Part, TextPart, ToolOutput
-from tooltrail.tools import DynamicTool, ToolContext, ToolRegistry
+from tooltrail.tools import ArgumentsRejected, DynamicTool, Snapshot, ToolContext, ToolRegistry
 
-__all__ = ["McpServerUnavailable", "McpToolset", "register_mcp_server"]
+__all__ = [
+    "McpServerSpec",
+    "McpServerTool",
+    "McpServerUnavailable",
+    "McpToolset",
+    "open_mcp_servers",
+    "register_mcp_server",
+]
 
 log = logging.getLogger("tooltrail.mcp")
 
@@ -74,6 +96,91 @@ _CLOSE_TIMEOUT_S = 10.0
 
 ClientFactory = Callable[[AsyncExitStack], Awaitable[Client]]
 """Enters what one session needs on the exit stack and returns the MCP client, not entered."""
+
+
+# At most this many schema problems are listed in one guardrail violation.
+_MAX_SCHEMA_ITEMS = 10
+_JSON_TYPES = {"array": "list", "object": "object", "integer": "integer", "number": "number"}
+
+
+def _schema_validator(name: str, schema: dict[str, Any]) -> Validator | None:
+    """A validator for an MCP tool's input schema, or ``None`` if the schema is unusable.
+
+    MCP input schemas are JSON Schema (2020-12 unless ``$schema`` says otherwise). A server
+    that lists a broken schema keeps its tool; the server then judges the arguments itself.
+    """
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        log.warning("MCP tool %r lists an invalid input schema (%s); not checked", name, exc)
+        return None
+    return cls(schema)
+
+
+def _location(path: Sequence[Any]) -> str:
+    return ".".join(str(part) for part in path) or "(arguments)"
+
+
+def _schema_items(validator: Validator, arguments: Mapping[str, Any]) -> list[str]:
+    """The ``<field>: <reason>`` items of every way ``arguments`` break the schema."""
+    items: list[str] = []
+    errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    for error in errors[:_MAX_SCHEMA_ITEMS]:
+        where = list(error.absolute_path)
+        # The stubs allow "unset" for these; a reported error always has them.
+        value: Any = error.validator_value
+        instance: Any = error.instance
+        schema: Any = error.schema
+        if error.validator == "required":
+            missing = next((p for p in value if p not in instance), None)
+            items.append(f"{_location([*where, missing])}: field required")
+        elif error.validator == "additionalProperties" and isinstance(instance, dict):
+            allowed = set(schema.get("properties", {}))
+            for extra in sorted(k for k in instance if k not in allowed):
+                items.append(f"{_location([*where, extra])}: unexpected argument")
+        elif error.validator == "type":
+            names = [value] if isinstance(value, str) else list(value)
+            kinds = " or ".join(_JSON_TYPES.get(n, n) for n in names)
+            items.append(f"{_location(where)}: not a valid {kinds}")
+        else:
+            # jsonschema's own words; they may quote the value, so keep them short.
+            message = error.message if len(error.message) <= 200 else error.message[:199] + "…"
+            items.append(f"{_location(where)}: {message}")
+    return items
+
+
+class McpServerTool(DynamicTool):
+    """An MCP server's tool: a dynamic tool whose arguments are checked against its schema."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        description: str,
+        parameters: Mapping[str, Any],
+        handler: Callable[[dict[str, Any], ToolContext], Awaitable[Any]],
+    ) -> None:
+        """Create the tool (``register_mcp_server`` does).
+
+        Raises:
+            ToolDefinitionError: as ``DynamicTool``.
+        """
+        super().__init__(name, description=description, parameters=parameters, handler=handler)
+        self._validator = _schema_validator(name, self._parameters)
+
+    def validate(self, arguments: Mapping[str, Any] | None) -> Snapshot:
+        """Check the arguments against the tool's input schema; return the raw snapshot.
+
+        Raises:
+            ArgumentsRejected: with ``guardrail violation: <field>: <reason>; ...``.
+        """
+        snapshot = super().validate(arguments)
+        if self._validator is not None and snapshot.arguments is not None:
+            items = _schema_items(self._validator, snapshot.arguments)
+            if items:
+                raise ArgumentsRejected.of(items, stage="raw")
+        return snapshot
 
 
 class McpServerUnavailable(ConfigurationError):
@@ -590,7 +697,7 @@ def _register_all(
     for tool in tools:
         registered = _registered_name(prefix, tool.name)
         # Constructing the tool checks the name and the schema the way registering will.
-        DynamicTool(
+        McpServerTool(
             registered,
             description="",
             parameters=tool.input_schema,
@@ -604,11 +711,13 @@ def _register_all(
         entries.append((registered, tool))
     _check_not_frozen(registry, toolset.label)
     for registered, tool in entries:
-        registry.register_dynamic(
-            registered,
-            description=tool.description or tool.title or "",
-            parameters=tool.input_schema,
-            handler=toolset.handler(tool.name),
+        registry.register(
+            McpServerTool(
+                registered,
+                description=tool.description or tool.title or "",
+                parameters=tool.input_schema,
+                handler=toolset.handler(tool.name),
+            )
         )
         toolset.tools[registered] = tool.name
 
@@ -619,3 +728,93 @@ def _check_not_frozen(registry: ToolRegistry, label: str) -> None:
             f"cannot register the tools of MCP server {label!r}: a worker was built on this "
             "registry; call register_mcp_server() before build_worker()"
         )
+
+
+_PREFIX = re.compile(r"[A-Za-z0-9_-]*")
+
+
+@dataclass(frozen=True)
+class McpServerSpec:
+    """One MCP server of a worker: ``PREFIX=COMMAND ARGS`` or ``PREFIX=URL``.
+
+    Its tools are registered as ``PREFIX_name`` (no ``_`` is added when the prefix is empty
+    or already ends with ``_`` or ``-``).
+    """
+
+    prefix: str
+    command: tuple[str, ...] = ()
+    """A stdio server: the program and its arguments."""
+    url: str | None = None
+    """Or a streamable HTTP server."""
+
+    @classmethod
+    def parse(cls, text: str, *, url: bool | None = None) -> McpServerSpec:
+        """Parse ``PREFIX=COMMAND ARGS`` (shell-quoted) or ``PREFIX=URL``.
+
+        Args:
+            text: the specification.
+            url: ``True`` for a URL, ``False`` for a command, ``None`` to tell by the value
+                (``http://`` or ``https://`` is a URL).
+
+        Raises:
+            ConfigurationError: no ``=``, a prefix outside ``[A-Za-z0-9_-]``, or nothing
+                after the ``=``.
+        """
+        prefix, equals, value = text.partition("=")
+        value = value.strip()
+        prefix = prefix.strip()
+        if not equals or not value or not _PREFIX.fullmatch(prefix):
+            raise ConfigurationError(
+                f"MCP server {text!r} must look like PREFIX=COMMAND ARGS or PREFIX=URL "
+                "(PREFIX: letters, digits, '_' and '-'; it may be empty)"
+            )
+        if url is None:
+            url = value.startswith(("http://", "https://"))
+        if url:
+            return cls(prefix=prefix, url=value)
+        try:
+            command = tuple(shlex.split(value))
+        except ValueError as exc:
+            raise ConfigurationError(f"MCP server {text!r}: {exc}") from None
+        return cls(prefix=prefix, command=command)
+
+    @property
+    def tool_prefix(self) -> str:
+        """What goes before each tool's name."""
+        if not self.prefix or self.prefix.endswith(("_", "-")):
+            return self.prefix
+        return f"{self.prefix}_"
+
+
+@contextlib.asynccontextmanager
+async def open_mcp_servers(
+    registry: ToolRegistry,
+    specs: Sequence[McpServerSpec],
+    *,
+    connect_timeout_s: float = 60.0,
+    errlog: TextIO | None = None,
+) -> AsyncIterator[list[McpToolset]]:
+    """Register the tools of every server in ``registry`` while the block runs; close after.
+
+    Call it in the worker's event loop before the worker is built (which freezes the
+    registry). All or nothing: if one server cannot be reached, those already opened close.
+
+    Raises:
+        McpServerUnavailable, ConfigurationError, DuplicateToolError: as
+            ``register_mcp_server``.
+    """
+    async with AsyncExitStack() as stack:
+        toolsets = []
+        for spec in specs:
+            toolset = await register_mcp_server(
+                registry,
+                command=spec.command or None,
+                url=spec.url,
+                prefix=spec.tool_prefix,
+                name=spec.prefix or None,
+                connect_timeout_s=connect_timeout_s,
+                errlog=errlog,
+            )
+            stack.push_async_callback(toolset.aclose)
+            toolsets.append(toolset)
+        yield toolsets

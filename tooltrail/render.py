@@ -1,10 +1,23 @@
-"""Human-readable views of turns and audit trails (Rich), shared by the CLI and the demo."""
+"""Human-readable views of turns and audit trails (Rich), shared by the CLI and the demo.
+
+Two rules for everything shown here:
+
+- what a model, a caller or a tool chose (ids, tool names, arguments, outputs, errors) is
+  shown as it is, never read as Rich markup: it goes into ``Text`` objects, or through
+  ``escape`` where a line mixes it with markup of ours (a call id ``[/]`` would otherwise
+  end a style, or make Rich raise);
+- ids are never cut short: id columns do not wrap, and ``print_table`` widens the output
+  beyond the terminal (or the 80 columns of a pipe) rather than cut one with an ellipsis.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import IO, Any
 
 from rich.console import Console
+from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -13,7 +26,17 @@ from tooltrail.results import ToolDispatchResult
 from tooltrail.text import render_text
 from tooltrail.wire import AuditEvent
 
-__all__ = ["preview", "results_table", "timeline_table", "turns_table"]
+__all__ = [
+    "escape",
+    "id_column",
+    "preview",
+    "print_json",
+    "print_table",
+    "results_table",
+    "send_json_to",
+    "timeline_table",
+    "turns_table",
+]
 
 
 def preview(text: str, width: int = 72) -> str:
@@ -22,22 +45,60 @@ def preview(text: str, width: int = 72) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "\u2026"
 
 
+_UNLIMITED = 1_000_000
+
+
+def id_column(table: Table, header: str, **options: Any) -> None:
+    """Add a column for ids: never wrapped or cut (see ``print_table``)."""
+    table.add_column(header, no_wrap=True, overflow="ignore", **options)
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print ``table`` at least as wide as its id columns need, wider than the terminal if so.
+
+    Rich fits a table to the console's width (80 columns when the output is a pipe) and, as
+    a last resort, cuts every column with an ellipsis; an id cut short is useless to whoever
+    copies it into the next command. Text columns wrap first; if the ids alone do not fit,
+    the table is printed wider than the console.
+    """
+    # Measured without the console's limit (Rich clamps every measure to it).
+    unlimited = console.options.update_width(_UNLIMITED)
+    for column in table.columns:
+        if column.no_wrap:
+            # Rich measures a cell as narrow as its longest word, wrapping or not; a column
+            # that must not wrap needs its whole width.
+            widest = [Measurement.get(console, unlimited, cell).maximum for cell in column.cells]
+            column.min_width = max([column.min_width or 0, len(str(column.header)), *widest])
+    needed = Measurement.get(console, unlimited, table).minimum
+    if needed <= console.width:
+        console.print(table)
+        return
+    wide = Console(
+        file=console.file,
+        width=needed,
+        color_system=console.color_system,  # type: ignore[arg-type]
+        force_terminal=console.is_terminal,
+        highlight=False,
+    )
+    wide.print(table)
+
+
 def results_table(results: Sequence[ToolDispatchResult], title: str = "Results") -> Table:
     """The results of a turn, in the model's order."""
     table = Table(title=title, title_justify="left")
-    table.add_column("call")
-    table.add_column("tool")
-    table.add_column("status")
-    table.add_column("ms", justify="right")
-    table.add_column("output")
+    id_column(table, "call")
+    id_column(table, "tool")
+    table.add_column("status", no_wrap=True)
+    table.add_column("ms", justify="right", no_wrap=True)
+    table.add_column("output", overflow="fold")
     for result in results:
         status = Text("soft error", style="yellow") if result.is_error else Text("ok", "green")
         table.add_row(
-            result.tool_call_id,
-            result.resolved_tool_name,
+            Text(result.tool_call_id),
+            Text(result.resolved_tool_name),
             status,
             f"{result.duration_ms:.1f}",
-            preview(render_text(result.output)),
+            Text(preview(render_text(result.output))),
         )
     return table
 
@@ -94,13 +155,13 @@ def _event_detail(event: AuditEvent, full: bool) -> Text:
 
 def timeline_table(events: Sequence[AuditEvent], *, full: bool = False, title: str = "") -> Table:
     """A turn's audit trail as a timeline: one row per event, times relative to the start."""
-    table = Table(title=title or "Audit timeline", title_justify="left")
-    table.add_column("seq", justify="right")
-    table.add_column("+ms", justify="right")
-    table.add_column("event")
-    table.add_column("call")
-    table.add_column("tool")
-    table.add_column("att", justify="right")
+    table = Table(title=Text(title or "Audit timeline"), title_justify="left")
+    table.add_column("seq", justify="right", no_wrap=True)
+    table.add_column("+ms", justify="right", no_wrap=True)
+    table.add_column("event", no_wrap=True)
+    id_column(table, "call")
+    id_column(table, "tool")
+    table.add_column("att", justify="right", no_wrap=True)
     table.add_column("detail", overflow="fold")
     start = events[0].created_at if events else None
     for event in events:
@@ -108,9 +169,9 @@ def timeline_table(events: Sequence[AuditEvent], *, full: bool = False, title: s
         table.add_row(
             str(event.seq),
             f"{offset:.0f}",
-            event.kind,
-            event.tool_call_id or "",
-            event.tool_name or "",
+            Text(event.kind),
+            Text(event.tool_call_id or ""),
+            Text(event.tool_name or ""),
             "" if event.attempt is None else str(event.attempt),
             _event_detail(event, full),
         )
@@ -120,13 +181,15 @@ def timeline_table(events: Sequence[AuditEvent], *, full: bool = False, title: s
 def turns_table(turns: Sequence[TurnSummary]) -> Table:
     """A list of turns, newest first."""
     table = Table(title="Turns", title_justify="left")
-    for column in ("turn", "session", "status", "started", "calls", "errors", "events"):
-        table.add_column(column)
+    id_column(table, "turn")
+    id_column(table, "session")
+    for column in ("status", "started", "calls", "errors", "events"):
+        table.add_column(column, no_wrap=True)
     styles = {"completed": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
     for turn in turns:
         table.add_row(
-            turn.turn_id,
-            turn.session_id,
+            Text(turn.turn_id),
+            Text(turn.session_id),
             Text(turn.status, style=styles.get(turn.status, "")),
             turn.started_at.strftime("%Y-%m-%d %H:%M:%S"),
             str(turn.call_count),
@@ -136,8 +199,19 @@ def turns_table(turns: Sequence[TurnSummary]) -> Table:
     return table
 
 
+_json_stream: IO[str] | None = None
+
+
+def send_json_to(stream: IO[str] | None) -> None:
+    """Make ``print_json`` write to ``stream`` (the CLI's saved stdout in ``--json`` mode)."""
+    global _json_stream
+    _json_stream = stream
+
+
 def print_json(console: Console, data: object) -> None:
-    """Print JSON for machines (no colours, no wrapping)."""
+    """Print JSON for machines (no colours, no wrapping), on the JSON stream if one is set."""
     import json
 
-    console.file.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
+    out = _json_stream or console.file
+    out.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
+    out.flush()

@@ -5,6 +5,12 @@ table, then compare the two audit trails call by call. A shadow replay serves ev
 result from the original audit trail, so it has no side effects: what it reports is where
 today's code and host configuration decide differently (a call now blocked, refused, retried
 or resolved differently), not whether the tools behave differently.
+
+A shadow attempt is served only a *result* the original attempt had: an attempt the original
+turn refused before the body (a hook's block or unanswered ask, an open breaker, a loop
+stop) has none, so if today's code lets it through, the shadow cannot say what the tool
+would answer. It answers ``not recorded: would run live`` and the report lists that as a
+divergence of its own, next to the decision that changed.
 """
 
 from __future__ import annotations
@@ -20,7 +26,19 @@ from tooltrail.errors import ConfigurationError
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.wire import AuditEvent, RecordedAttempt, TurnRecord
 
-__all__ = ["CallTrace", "Divergence", "RecordedTurn", "RerunReport", "compare", "load_turn"]
+__all__ = [
+    "NOT_RECORDED",
+    "CallTrace",
+    "Divergence",
+    "RecordedTurn",
+    "RerunReport",
+    "calls_that_would_run",
+    "compare",
+    "load_turn",
+]
+
+NOT_RECORDED = "not recorded: would run live"
+"""A shadow attempt's soft output when the original attempt has no result to serve."""
 
 
 class CallTrace(BaseModel):
@@ -50,6 +68,9 @@ class RecordedTurn(BaseModel):
     traces: dict[str, CallTrace] = Field(default_factory=dict)
     attempts: dict[str, RecordedAttempt] = Field(default_factory=dict)
     """Every attempt's result, by ``{tool_call_id}#{attempt}``."""
+    cut_inputs: list[str] = Field(default_factory=list)
+    """Calls whose arguments the trail holds only as a note (too large, or not JSON): their
+    ``calls`` entry is that note; the arguments are in the turn's workflow input."""
 
 
 class Divergence(BaseModel):
@@ -76,7 +97,15 @@ class RerunReport(BaseModel):
         return not self.divergences
 
 
-def _trace(events: list[AuditEvent]) -> dict[str, CallTrace]:
+def _output(payload: dict[str, Any], blobs: dict[str, Any]) -> Any:
+    """A ``tool_post``'s output; a large one was stored apart (its payload has the key)."""
+    ref = payload.get("output_ref")
+    if ref and ref in blobs:
+        return blobs[ref]
+    return payload.get("output")
+
+
+def _trace(events: list[AuditEvent], blobs: dict[str, Any]) -> dict[str, CallTrace]:
     traces: dict[str, CallTrace] = {}
     for event in events:
         call_id = event.tool_call_id
@@ -99,19 +128,36 @@ def _trace(events: list[AuditEvent]) -> dict[str, CallTrace]:
             trace.decisions.append("loop stop")
         elif event.kind == "tool_post":
             trace.resolved_tool_name = payload.get("resolved_tool_name")
-            trace.output = payload.get("output")
+            trace.output = _output(payload, blobs)
             trace.is_error = payload.get("is_error")
     return traces
 
 
-def _attempts(events: list[AuditEvent]) -> dict[str, RecordedAttempt]:
+def _refused(event: AuditEvent) -> bool:
+    """Whether the event refuses its attempt before the body (no tool result follows)."""
+    if event.kind == "hook_decision":
+        return event.payload.get("outcome") != "approved"
+    if event.kind == "loop_detected":
+        return bool(event.payload.get("stop"))
+    return event.kind == "breaker_refused"
+
+
+def _attempts(events: list[AuditEvent], blobs: dict[str, Any]) -> dict[str, RecordedAttempt]:
+    """Every attempt's *result*; a refusal's text is the layer's answer, not the tool's."""
     recorded = {}
+    refused = {
+        f"{event.tool_call_id}#{event.attempt or 0}"
+        for event in events
+        if event.tool_call_id is not None and _refused(event)
+    }
     for event in events:
         if event.kind != "tool_post" or event.tool_call_id is None:
             continue
+        if f"{event.tool_call_id}#{event.attempt or 0}" in refused:
+            continue
         payload = event.payload
         recorded[f"{event.tool_call_id}#{event.attempt or 0}"] = RecordedAttempt(
-            output=payload.get("output", ""),
+            output=_output(payload, blobs) or "",
             is_error=bool(payload.get("is_error")),
             duration_ms=float(payload.get("duration") or 0.0),
             resolved_tool_name=payload.get("resolved_tool_name") or event.tool_name or "",
@@ -140,6 +186,14 @@ async def load_turn(store: AuditStore, turn_id: str) -> RecordedTurn:
     recorded_results: list[Any] = (end.payload.get("results") or []) if end else []
     results = [ToolDispatchResult.model_validate(r) for r in recorded_results]
     detector = started.get("detector")
+    refs = sorted(
+        {
+            e.payload["output_ref"]
+            for e in events
+            if e.kind == "tool_post" and e.payload.get("output_ref")
+        }
+    )
+    blobs = await store.blobs(refs) if refs else {}
     return RecordedTurn(
         turn=turn,
         calls=calls,
@@ -147,13 +201,28 @@ async def load_turn(store: AuditStore, turn_id: str) -> RecordedTurn:
         config=RunConfig.model_validate(started.get("config", {})),
         detector=None if detector is None else LoopDetector.model_validate(detector),
         results=results,
-        traces=_trace(events),
-        attempts=_attempts(events),
+        traces=_trace(events, blobs),
+        attempts=_attempts(events, blobs),
+        cut_inputs=[
+            e.tool_call_id or ""
+            for e in events
+            if e.kind == "tool_call_received" and "input_bytes" in e.payload
+        ],
     )
 
 
+def calls_that_would_run(original: RecordedTurn) -> list[ToolCall]:
+    """The calls of a past turn that a live rerun dispatches (those of advertised tools)."""
+    advertised = set(original.advertised)
+    return [call for call in original.calls if call.name in advertised]
+
+
 def compare(original: RecordedTurn, new: RecordedTurn) -> list[Divergence]:
-    """List where the new turn differs from the original: the turn, then call by call."""
+    """List where the new turn differs from the original: the turn, then call by call.
+
+    A shadow call that had no recorded result to serve is one ``shadow`` divergence (its
+    output, error flag and resolved tool say nothing about the tool).
+    """
     found: list[Divergence] = []
     for aspect in ("status", "error_type"):
         before, after = getattr(original.turn, aspect), getattr(new.turn, aspect)
@@ -164,7 +233,18 @@ def compare(original: RecordedTurn, new: RecordedTurn) -> list[Divergence]:
         after_trace = new.traces.get(call.id)
         if before_trace is None and after_trace is None:
             continue
-        for aspect in ("attempts", "decisions", "resolved_tool_name", "output", "is_error"):
+        aspects = ["attempts", "decisions", "resolved_tool_name", "output", "is_error"]
+        if after_trace is not None and after_trace.output == NOT_RECORDED:
+            found.append(
+                Divergence(
+                    tool_call_id=call.id,
+                    aspect="shadow",
+                    original=before_trace.output if before_trace else None,
+                    now=NOT_RECORDED,
+                )
+            )
+            aspects = ["attempts", "decisions"]
+        for aspect in aspects:
             before = getattr(before_trace, aspect) if before_trace else None
             after = getattr(after_trace, aspect) if after_trace else None
             if before != after:

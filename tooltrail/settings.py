@@ -156,6 +156,9 @@ class Settings(BaseSettings):
     """Audit database URL; ``None`` means the embedded SQLite file under ``data_dir``."""
     data_dir: Path = Field(default_factory=default_data_dir)
     """Directory of the embedded SQLite file and the embedded server's state."""
+    embedded_startup_timeout_s: float = Field(default=60.0, gt=0)
+    """How long the embedded Temporal dev server may take to start (``tooltrail.local``,
+    ``demo``, ``dev``, ``run``); it starts in about a second on an idle machine."""
 
     # -- Temporal connection security ------------------------------------------------------
     temporal_tls: bool = False
@@ -178,6 +181,15 @@ class Settings(BaseSettings):
     Older keys stay listed so payloads written with them still decrypt (key rotation)."""
     codec_key_id: str | None = None
     """Id of the key that encrypts new payloads (default: the first of ``codec_keys``)."""
+    codec_server_token: SecretStr | None = None
+    """The bearer token ``tooltrail codec-server`` requires (at least 16 characters)."""
+    codec_server_origins: str = "http://localhost:8233,http://127.0.0.1:8233"
+    """Browser origins (the Temporal UI's) allowed to call the codec server, comma-separated;
+    the default is ``tooltrail dev``'s UI."""
+    codec_server_tls_cert: Path | None = None
+    """PEM certificate the codec server serves HTTPS with (with ``codec_server_tls_key``)."""
+    codec_server_tls_key: Path | None = None
+    """PEM private key of ``codec_server_tls_cert``."""
 
     # -- model endpoints -------------------------------------------------------------------
     openai_base_url: str = "https://api.openai.com/v1"
@@ -200,7 +212,53 @@ class Settings(BaseSettings):
     log_level: LogLevel = "INFO"
     """Root log level (case-insensitive)."""
 
-    @field_validator("temporal_api_key", "codec_keys", "openai_api_key", "anthropic_api_key")
+    # -- MCP servers of a worker -----------------------------------------------------------
+    mcp_servers: list[str] = Field(default_factory=list)
+    """MCP servers a worker registers at start, each ``PREFIX=COMMAND ARGS`` or
+    ``PREFIX=URL`` (a JSON list in ``TOOLTRAIL_MCP_SERVERS``); clients that see it set learn
+    the tool names from a worker (``tooltrail.connect``)."""
+
+    # -- capacity (README "Sizing"): what one worker process takes on, and its database pool --
+    max_concurrent_activities: int = Field(default=100, ge=1)
+    """Tool attempts (and other activities) one worker runs at once."""
+    max_concurrent_workflow_tasks: int = Field(default=100, ge=2)
+    """Workflow tasks one worker processes at once (at least 2, for the workflow cache)."""
+    max_concurrent_local_activities: int = Field(default=100, ge=1)
+    """Local activities (audit writes, ``@tool(local=True)`` attempts) one worker runs at once."""
+    max_cached_workflows: int = Field(default=1000, ge=0)
+    """Workflows kept in a worker's memory between their tasks (0: no cache, every task
+    replays the whole history)."""
+    db_pool_size: int = Field(default=5, ge=1)
+    """Database connections each process keeps open (per engine)."""
+    db_max_overflow: int = Field(default=10, ge=0)
+    """Connections a process may open beyond ``db_pool_size`` under load."""
+    db_pool_timeout_s: float = Field(default=30.0, gt=0)
+    """How long a database call waits for a free connection before it fails."""
+
+    def worker_options(self) -> dict[str, int]:
+        """Return the capacity keyword arguments of ``temporalio.worker.Worker``."""
+        return {
+            "max_concurrent_activities": self.max_concurrent_activities,
+            "max_concurrent_workflow_tasks": self.max_concurrent_workflow_tasks,
+            "max_concurrent_local_activities": self.max_concurrent_local_activities,
+            "max_cached_workflows": self.max_cached_workflows,
+        }
+
+    def pool_options(self) -> dict[str, Any]:
+        """Return the connection pool keyword arguments of a SQLAlchemy engine."""
+        return {
+            "pool_size": self.db_pool_size,
+            "max_overflow": self.db_max_overflow,
+            "pool_timeout": self.db_pool_timeout_s,
+        }
+
+    @field_validator(
+        "temporal_api_key",
+        "codec_keys",
+        "codec_server_token",
+        "openai_api_key",
+        "anthropic_api_key",
+    )
     @classmethod
     def _empty_secret_is_unset(cls, value: SecretStr | None) -> SecretStr | None:
         # ``TOOLTRAIL_OPENAI_API_KEY=`` in a .env template means "not set", not "empty key".
@@ -226,6 +284,22 @@ class Settings(BaseSettings):
         known = list(parse_codec_keys(keys.get_secret_value()))
         if value not in known:
             raise ValueError(f"codec key id {value!r} is not one of TOOLTRAIL_CODEC_KEYS {known}")
+        return value
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_servers_parse(cls, value: list[str]) -> list[str]:
+        from tooltrail.mcp import McpServerSpec  # MCP's SDK loads only when servers are set
+
+        for position, entry in enumerate(value, start=1):
+            try:
+                McpServerSpec.parse(entry)
+            except ConfigurationError:
+                # Not the entry itself: a command line or URL may carry a token.
+                raise ValueError(
+                    f"TOOLTRAIL_MCP_SERVERS entry #{position} is not PREFIX=COMMAND ARGS or "
+                    "PREFIX=URL"
+                ) from None
         return value
 
     @field_validator("log_level", mode="before")
@@ -258,6 +332,10 @@ class Settings(BaseSettings):
         if self.codec_keys is None:
             return None
         return self.codec_key_id or next(iter(parse_codec_keys(self.codec_keys.get_secret_value())))
+
+    def codec_server_origin_list(self) -> list[str]:
+        """Return ``codec_server_origins`` as a list (spaces and empty entries dropped)."""
+        return [origin.strip() for origin in self.codec_server_origins.split(",") if origin.strip()]
 
     def temporal_uses_tls(self) -> bool:
         """Whether the Temporal connection must use TLS (asked for, or implied)."""
@@ -347,6 +425,8 @@ class Settings(BaseSettings):
                 out[name] = UNSET
             elif isinstance(value, str) and name.endswith("_url"):
                 out[name] = mask_url(value)
+            elif name == "mcp_servers":
+                out[name] = [mask_url(entry) for entry in value]
             elif isinstance(value, Path):
                 out[name] = str(value)
             else:

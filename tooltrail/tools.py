@@ -46,6 +46,7 @@ from tooltrail.guards import (
     inherited_default,
     readonly_view,
 )
+from tooltrail.idempotency import Idempotency, IdempotencyDeclaration
 from tooltrail.results import ToolOutput
 
 __all__ = [
@@ -464,7 +465,7 @@ class Tool:
         description: str | None = None,
         concurrent_safe: bool | Callable[[dict[str, Any]], bool] = False,
         resource_key: Callable[[dict[str, Any]], str | None] | None = None,
-        idempotent: Any = None,
+        idempotent: IdempotencyDeclaration = None,
         guard: InputGuard | Guard | None = None,
         extra: Extra | None = None,
         timeout_s: float | None = None,
@@ -495,7 +496,7 @@ class Tool:
         self.description = summary if description is None else description
         self.concurrent_safe = concurrent_safe
         self.resource_key = resource_key
-        self._declared_idempotent: Any = idempotent
+        self._declared_idempotent: IdempotencyDeclaration = idempotent
         self._declared_guard = as_input_guard(guard)
         self._globals: Mapping[str, Any] | None = getattr(fn, "__globals__", None)
         self._owner: type | None = None
@@ -594,18 +595,20 @@ class Tool:
         self._declared_guard = as_input_guard(value)
 
     @property
-    def idempotent(self) -> Any:
+    def idempotent(self) -> bool | Idempotency:
         """The idempotency declaration: the tool's own, else its class's, else its module's.
 
-        ``False`` when nobody declared one.
+        ``False`` when nobody declared one. Setting ``None`` makes the tool inherit again.
         """
         if self._declared_idempotent is not None:
             return self._declared_idempotent
-        inherited = inherited_default("idempotent", self._owner, self._globals)
+        inherited: IdempotencyDeclaration = inherited_default(
+            "idempotent", self._owner, self._globals
+        )
         return False if inherited is None else inherited
 
     @idempotent.setter
-    def idempotent(self, value: Any) -> None:
+    def idempotent(self, value: IdempotencyDeclaration) -> None:
         self._declared_idempotent = value
 
     def check_definition(self) -> None:
@@ -965,7 +968,7 @@ def tool(
     description: str | None = None,
     concurrent_safe: bool | Callable[[dict[str, Any]], bool] = False,
     resource_key: Callable[[dict[str, Any]], str | None] | None = None,
-    idempotent: Any = None,
+    idempotent: IdempotencyDeclaration = None,
     guard: InputGuard | Guard | None = None,
     extra: Extra | None = None,
     timeout_s: float | None = None,
@@ -982,7 +985,7 @@ def tool(
     description: str | None = None,
     concurrent_safe: bool | Callable[[dict[str, Any]], bool] = False,
     resource_key: Callable[[dict[str, Any]], str | None] | None = None,
-    idempotent: Any = None,
+    idempotent: IdempotencyDeclaration = None,
     guard: InputGuard | Guard | None = None,
     extra: Extra | None = None,
     timeout_s: float | None = None,
@@ -998,9 +1001,10 @@ def tool(
         concurrent_safe: whether calls may run in parallel, or a function of the arguments.
         resource_key: for safe calls, a function of the arguments naming the resource
             touched; calls with equal keys never run together.
-        idempotent: ``True``, ``False`` or an ``Idempotency`` policy; ``None`` (the default)
-            inherits ``@tool_defaults`` of the class, then ``TOOLTRAIL_DEFAULTS`` of the
-            module, else not idempotent.
+        idempotent: ``True``, ``False`` or an ``Idempotency`` policy (an
+            ``IdempotencyDeclaration``); ``None`` (the default) declares nothing, so the tool
+            inherits ``@tool_defaults`` of its class, then ``TOOLTRAIL_DEFAULTS`` of its
+            module, else it is not idempotent.
         guard: an ``InputGuard`` for every string argument; ``None`` inherits like
             ``idempotent``. The nearest declaration replaces the others.
         extra: what undeclared arguments do: ``"ignore"`` (dropped and reported as

@@ -21,7 +21,7 @@ from pydantic import (
 from tooltrail.config import LARGE_OUTPUT_BYTES, RunConfig
 from tooltrail.detection import LoopDetector
 from tooltrail.hooks import HookDecision
-from tooltrail.llm.messages import Message, ModelResponse, Usage
+from tooltrail.llm.messages import Message, ModelResponse, ThinkingSetting, Usage
 from tooltrail.memoize import MemoCache, MemoPlan
 from tooltrail.planner import CallVerdict
 from tooltrail.recovery import Analysis
@@ -33,6 +33,7 @@ __all__ = [
     "MODEL_TURN",
     "RECOVERY_REFLECT",
     "SESSION_CLEANUP",
+    "TOOL_CATALOG",
     "TOOL_EXECUTE",
     "TURN_PREPARE",
     "AgentCarry",
@@ -75,6 +76,7 @@ __all__ = [
     "TurnPlan",
     "TurnRecord",
     "TurnStatus",
+    "WorkerCatalog",
 ]
 
 # The activities' names, all of them: stable forever (a renamed activity breaks every turn
@@ -85,6 +87,8 @@ AUDIT_RECORD = "tooltrail.audit.record"
 """Activity: write a turn's pending audit records (and, at its end, its final status)."""
 SESSION_CLEANUP = "tooltrail.session.cleanup"
 """Activity: remove a session's scratch directory."""
+TOOL_CATALOG = "tooltrail.tool.catalog"
+"""Activity: the tools a worker serves (MCP servers' included), for clients to advertise."""
 RECOVERY_REFLECT = "tooltrail.recovery.reflect"
 """Activity: ask the host's reflector about a failed attempt."""
 MODEL_TURN = "tooltrail.model.turn"
@@ -257,6 +261,13 @@ class TurnPlan(BaseModel):
     """The session's state as the previous turn left it."""
 
 
+class WorkerCatalog(BaseModel):
+    """The tools a worker serves, as its registry holds them (``ToolCatalogWorkflow``)."""
+
+    names: list[str] = Field(default_factory=list)
+    tools: dict[str, ToolMeta] = Field(default_factory=dict)
+
+
 class RecordedAttempt(BaseModel):
     """One attempt's result as the audit trail holds it (for shadow replays)."""
 
@@ -319,6 +330,8 @@ class TurnOutput(BaseModel):
     """With a model phase: the model's answer (its text and tool calls)."""
     usage: Usage | None = None
     """With a model phase: the tokens the model call spent."""
+    stop_reason: str | None = None
+    """With a model phase: why the model stopped (``ModelResponse.stop_reason``)."""
     session: SessionState | None = None
     """The session's state as this turn left it, for an agent run's next turn in runs
     recorded before ``ModelPhase.state_in_db`` (other turns load it from the database,
@@ -526,6 +539,10 @@ class PendingApproval(BaseModel):
     tool_name: str
     question: str
     arguments: dict[str, Any]
+    asked_at: datetime | None = None
+    """When the call started waiting (workflow time)."""
+    deadline: datetime | None = None
+    """When the wait ends with the headless refusal if nobody answers."""
 
 
 class ModelSettings(BaseModel):
@@ -534,7 +551,18 @@ class ModelSettings(BaseModel):
     model: str | None = None
     """The model name (default: the worker's client default)."""
     temperature: float | None = None
+    """Sampling temperature, sent only to models that take one (not to Anthropic's, nor to
+    OpenAI's reasoning families: there it is dropped with a warning, and the run goes on)."""
     max_tokens: int | None = None
+    """Most tokens to generate, thinking included (OpenAI ``max_completion_tokens``);
+    ``None``: the client's default (Anthropic 8192, plus the thinking budget)."""
+    thinking: ThinkingSetting | None = None
+    """Anthropic extended thinking: a budget in tokens (at least 1024, below
+    ``max_tokens``), ``"adaptive"`` or ``"disabled"``; ``None`` leaves the model's default.
+    The thinking blocks are kept in the conversation and sent back with the tool results."""
+    prompt_caching: bool = False
+    """Anthropic prompt caching of the system prompt and the tool definitions (OpenAI
+    caches long prompts by itself); the cached tokens are counted in ``Usage``."""
 
 
 class ModelPhase(BaseModel):
@@ -633,6 +661,11 @@ class AgentRunOutput(BaseModel):
     """The turn ids, in order."""
     usage: Usage
     stopped_by: Literal["answer", "max_turns"]
+    stop_reason: str | None = None
+    """Why the model stopped in the last turn (``StopReason``): ``end_turn`` for an answer,
+    ``refusal`` when it declined (``text`` is then its refusal), ``max_tokens`` for an
+    answer cut short, ``tool_use`` when ``max_turns`` ended the run, ... ``None`` in runs
+    recorded before it was reported."""
 
 
 class AgentProgress(BaseModel):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -18,17 +19,19 @@ from tooltrail.activities import (
     SessionActivities,
     ToolActivities,
 )
+from tooltrail.activities.catalog import CatalogActivities
 from tooltrail.activities.conversation import ConversationActivities
 from tooltrail.activities.planning import TurnPlanner
 from tooltrail.activities.tool_execution import Recorder
-from tooltrail.codec import AesGcmCodec, data_converter
+from tooltrail.codec import codec_from_settings, data_converter
 from tooltrail.converter import wire_data_converter
-from tooltrail.db.migrate import check_schema
+from tooltrail.db.idempotency import SqlIdempotencyStore
+from tooltrail.db.migrate import check_schema, upgrade
 from tooltrail.db.store import AuditStore
 from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.errors import ConfigurationError
+from tooltrail.failures import CleanDatabaseErrors
 from tooltrail.host import Host
-from tooltrail.idempotency import SqlIdempotencyStore
 from tooltrail.middleware import RedactingMiddleware
 from tooltrail.recovery import NoopReflector
 from tooltrail.scratch import ScratchDirs
@@ -36,10 +39,20 @@ from tooltrail.settings import Settings
 from tooltrail.telemetry import tracing_interceptors
 from tooltrail.tools import Tool, ToolRegistry
 from tooltrail.workflows.agent import AgentRunWorkflow
+from tooltrail.workflows.catalog import ToolCatalogWorkflow
 from tooltrail.workflows.session import CloseSessionWorkflow
 from tooltrail.workflows.turn import TurnWorkflow
 
-__all__ = ["PURE_MODULES", "build_worker", "connect_client", "sandbox_runner", "worker"]
+__all__ = [
+    "PURE_MODULES",
+    "ClientFactory",
+    "Deployment",
+    "build_worker",
+    "connect_client",
+    "open_deployment",
+    "sandbox_runner",
+    "worker",
+]
 
 # What the sandbox shares with the worker instead of re-importing it for every workflow run:
 # pydantic (expensive to import) and tooltrail's pure modules, exactly those that workflow
@@ -105,7 +118,8 @@ def build_worker(
         scratch: session scratch directories (default: from the host).
         strict_sandbox: run the workflows under the sandbox's full watch (see
             ``sandbox_runner``); slower, for tests.
-        **worker_options: passed to ``temporalio.worker.Worker``.
+        **worker_options: passed to ``temporalio.worker.Worker``; the slots and the
+            workflow cache default to the settings (``Settings.worker_options``).
     """
     scratch = scratch or ScratchDirs(host.scratch_base, enabled=host.managed_scratch)
     dispatcher = ToolDispatcher(
@@ -142,26 +156,43 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[TurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow],
+        workflows=[TurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow, ToolCatalogWorkflow],
         activities=[
             tools.execute,
             audit.record,
             sessions.cleanup,
             recovery.reflect,
             planner.prepare,
+            CatalogActivities(host).catalog,
             *extra_activities,
         ],
         workflow_runner=sandbox_runner(strict=strict_sandbox),
-        **worker_options,
+        # Database errors leave activities without the data they were writing.
+        interceptors=[CleanDatabaseErrors(), *worker_options.pop("interceptors", ())],
+        **{**_capacity(worker_options), **worker_options},
     )
 
 
+def _capacity(worker_options: dict[str, Any]) -> dict[str, Any]:
+    """The settings' slots and cache, unless the caller sizes the worker (or tunes it)."""
+    if "tuner" in worker_options:
+        # A tuner replaces the fixed slot counts; Temporal refuses both together.
+        return {"max_cached_workflows": Settings().max_cached_workflows}
+    return Settings().worker_options()
+
+
 def settings_data_converter(settings: Settings) -> DataConverter:
-    """Tooltrail's data converter, encrypting payloads when codec keys are configured."""
-    if settings.codec_keys is None:
+    """Tooltrail's data converter, encrypting payloads when codec keys are configured.
+
+    With keys, failure messages and stack traces are moved into an encrypted payload as well
+    (Temporal's encoded failure attributes): an exception's text (a loop stop naming a call's
+    arguments, say) is no more readable in the history than the arguments themselves. Every
+    client, worker and replayer of a deployment builds its converter here.
+    """
+    codec = codec_from_settings(settings)
+    if codec is None:
         return wire_data_converter
-    codec = AesGcmCodec(settings.codec_key_ring(), settings.active_codec_key_id() or "")
-    return data_converter(codec)
+    return data_converter(codec, encode_failure_messages=True)
 
 
 def settings_client_options(settings: Settings) -> dict[str, Any]:
@@ -203,6 +234,90 @@ async def connect_client(
         ) from exc
 
 
+ClientFactory = Callable[[Settings], Awaitable[Client]]
+"""Makes a deployment's Temporal client from the settings (``open_deployment(client=...)``)."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What a client or a worker of one deployment runs on (see ``open_deployment``)."""
+
+    settings: Settings
+    """The settings every default came from."""
+    host: Host
+    """The host wiring."""
+    client: Client
+    """The Temporal client, with the settings' converter, TLS or API key, and tracing."""
+    store: AuditStore
+    """The audit database, at the migrations' head."""
+    task_queue: str
+    """The task queue of the deployment's turns."""
+
+
+@contextlib.asynccontextmanager
+async def open_deployment(
+    host: Host | ToolRegistry | list[Tool] | None,
+    *,
+    temporal_address: str | None = None,
+    namespace: str | None = None,
+    task_queue: str | None = None,
+    database_url: str | None = None,
+    migrate: bool = False,
+    client: ClientFactory | None = None,
+    engine_options: dict[str, Any] | None = None,
+) -> AsyncIterator[Deployment]:
+    """Open what ``connect``, ``local`` and ``worker`` run on; close the store on exit.
+
+    In this order: the settings (``TOOLTRAIL_*`` environment variables, ``.env``); the
+    database URL (``database_url``, else the host's, else the settings'); the schema (checked
+    to be at the migrations' head, or migrated with ``migrate=True``), so a bad database
+    fails before anything connects; the Temporal client; the audit store.
+
+    Args:
+        host: the host wiring (or a registry, or a list of tools); ``None``: no tools (a
+            client that only starts turns).
+        temporal_address: the Temporal frontend (default: the settings').
+        namespace: the Temporal namespace (default: the settings').
+        task_queue: the task queue (default: the settings').
+        database_url: the audit database (default: the host's, else the settings').
+        migrate: upgrade the database to the migrations' head instead of checking it.
+        client: makes the client instead of connecting to ``temporal_address`` (the
+            embedded server's client, say); gets the settings.
+        engine_options: for the database engine (``pool_size``, ...; default: the settings').
+
+    Raises:
+        DatabaseSchemaError: the database is not at the migrations' head (and not
+            ``migrate``).
+        ConfigurationError: Temporal cannot be reached.
+    """
+    settings = Settings()
+    wired = Host() if host is None else Host.coerce(host)
+    url = database_url or wired.database_url or settings.effective_database_url()
+    if migrate:
+        await upgrade(url)
+    else:
+        await check_schema(url)
+    if client is None:
+        temporal = await connect_client(
+            temporal_address or settings.temporal_address,
+            namespace=namespace or settings.namespace,
+            **settings_client_options(settings),
+        )
+    else:
+        temporal = await client(settings)
+    store = AuditStore(url, **(engine_options or {}))
+    try:
+        yield Deployment(
+            settings=settings,
+            host=wired,
+            client=temporal,
+            store=store,
+            task_queue=task_queue or settings.task_queue,
+        )
+    finally:
+        await store.close()
+
+
 @contextlib.asynccontextmanager
 async def worker(
     host: Host | ToolRegistry | list[Tool],
@@ -212,35 +327,36 @@ async def worker(
     task_queue: str | None = None,
     database_url: str | None = None,
     graceful_shutdown: timedelta = timedelta(seconds=20),
+    engine_options: dict[str, Any] | None = None,
+    **worker_options: Any,
 ) -> AsyncIterator[Worker]:
     """Run a tooltrail worker against an existing Temporal cluster while the block runs.
 
     Options default to the settings (``TOOLTRAIL_*`` environment variables). The database must
     be migrated (``tooltrail db upgrade``). On exit, running tool attempts get
     ``graceful_shutdown`` to finish before they are cancelled (and retried elsewhere).
+    ``engine_options`` go to the database engine (``pool_size``, ``max_overflow``, ...), the
+    other keyword arguments to ``build_worker`` (slots, workflow cache); both default to the
+    settings.
 
     Raises:
         DatabaseSchemaError: the database is not at the migrations' head.
     """
-    settings = Settings()
-    wired = Host.coerce(host)
-    url = database_url or wired.database_url or settings.effective_database_url()
-    await check_schema(url)
-    client = await connect_client(
-        temporal_address or settings.temporal_address,
-        namespace=namespace or settings.namespace,
-        **settings_client_options(settings),
-    )
-    store = AuditStore(url)
-    try:
+    async with open_deployment(
+        host,
+        temporal_address=temporal_address,
+        namespace=namespace,
+        task_queue=task_queue,
+        database_url=database_url,
+        engine_options=engine_options,
+    ) as deployment:
         running = build_worker(
-            client,
-            wired,
-            task_queue=task_queue or settings.task_queue,
-            store=store,
+            deployment.client,
+            deployment.host,
+            task_queue=deployment.task_queue,
+            store=deployment.store,
             graceful_shutdown_timeout=graceful_shutdown,
+            **worker_options,
         )
         async with running:
             yield running
-    finally:
-        await store.close()

@@ -39,12 +39,7 @@ _PATCH_STATE_IN_DB = "agent-state-in-db"
 
 
 def _add(total: Usage, more: Usage | None) -> Usage:
-    if more is None:
-        return total
-    return Usage(
-        input_tokens=total.input_tokens + more.input_tokens,
-        output_tokens=total.output_tokens + more.output_tokens,
-    )
+    return total if more is None else total + more
 
 
 @workflow.defn(name="AgentRunWorkflow")
@@ -59,6 +54,7 @@ class AgentRunWorkflow:
         if inp.carry is None:
             self._carry.new_messages = list(inp.messages)
         self._status: Literal["model", "tools", "done"] = "model"
+        self._stop_reason: str | None = None
 
     @workflow.query(name="progress")
     def progress(self) -> AgentProgress:
@@ -123,9 +119,11 @@ class AgentRunWorkflow:
             if output.session is not None:
                 carry.session = output.session
             assistant = output.assistant or Message.assistant("")
+            self._stop_reason = output.stop_reason
             if not assistant.tool_calls:
                 await self._close_session(inp.session_id)
-                return self._done(assistant.content, "answer")
+                # A refusal is the answer: its text, and the stop reason says what it is.
+                return self._done(assistant.content or assistant.refusal or "", "answer")
             if state_in_db:
                 # The turn stored its tool results after the answer; the next turn reads them.
                 carry.next_seq += len(assistant.tool_calls)
@@ -147,6 +145,7 @@ class AgentRunWorkflow:
             turns=list(self._carry.turns),
             usage=self._carry.usage,
             stopped_by=stopped_by,
+            stop_reason=self._stop_reason,
         )
 
     async def _close_session(self, session_id: str) -> None:

@@ -65,14 +65,19 @@ class Approvals:
         """Park the call until the ``approval`` Update arrives or the timeout passes."""
         state = self._state
         await self._trail.checkpoint(force=True)  # a human may look at the trail meanwhile
+        # A query's answer, not history: adding the times changes no replay.
+        asked_at = workflow.now()
+        timeout = timedelta(seconds=state.input.config.approval_timeout_s)
         state.waiting[call.id] = PendingApproval(
-            tool_call_id=call.id, tool_name=tool_name, question=question, arguments=arguments
+            tool_call_id=call.id,
+            tool_name=tool_name,
+            question=question,
+            arguments=arguments,
+            asked_at=asked_at,
+            deadline=asked_at + timeout,
         )
         try:
-            await workflow.wait_condition(
-                lambda: call.id in state.answers,
-                timeout=timedelta(seconds=state.input.config.approval_timeout_s),
-            )
+            await workflow.wait_condition(lambda: call.id in state.answers, timeout=timeout)
         except TimeoutError:
             return None
         finally:

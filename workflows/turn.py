@@ -226,6 +226,7 @@ class TurnWorkflow:
             results=[] if state_in_db else results,
             assistant=response.message if response is not None else None,
             usage=usage,
+            stop_reason=response.stop_reason if response is not None else None,
             # Only an agent run carries the state to its next turn; a plain turn's next one
             # loads what the final record saved (and the history need not hold it twice).
             session=state.final_session() if inp.model is not None and not state_in_db else None,

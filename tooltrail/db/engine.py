@@ -2,6 +2,10 @@
 
 Users may give plain URLs (``sqlite:///x.db``, ``postgresql://u@h/db``) or URLs with a
 driver; tooltrail always talks through its async drivers (aiosqlite, asyncpg).
+
+Each engine keeps a connection pool sized by the settings (``TOOLTRAIL_DB_POOL_SIZE``,
+``TOOLTRAIL_DB_MAX_OVERFLOW``, ``TOOLTRAIL_DB_POOL_TIMEOUT_S``; 5 + 10 and 30 s by default,
+SQLAlchemy's own defaults); keyword arguments given to ``create_engine`` win.
 """
 
 from __future__ import annotations
@@ -9,13 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 from tooltrail.errors import ConfigurationError
+from tooltrail.settings import Settings
 
-__all__ = ["create_engine", "normalize_url", "session_factory"]
+__all__ = ["create_engine", "normalize_url", "pool_options", "session_factory"]
 
 _DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}
 
@@ -51,17 +57,41 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def pool_options() -> dict[str, Any]:
+    """Return the pool size, overflow and timeout from the settings.
+
+    Settings that do not validate (a malformed secret, say) leave SQLAlchemy's defaults: that
+    error is reported where the setting is used, not by every database connection.
+    """
+    try:
+        return Settings().pool_options()
+    except ValidationError:
+        return {}
+
+
+def _in_memory(database: str | None) -> bool:
+    return not database or database == ":memory:" or "mode=memory" in database
+
+
 def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
-    """Create an async engine for a tooltrail database; creates a SQLite file's directory."""
+    """Create an async engine for a tooltrail database; creates a SQLite file's directory.
+
+    Statement errors never list their parameters (tool inputs and outputs): their text can
+    travel into Temporal failures and logs (see ``tooltrail.failures``).
+    """
+    kwargs.setdefault("hide_parameters", True)
     normalized = normalize_url(url)
     if normalized.get_backend_name() == "sqlite":
         database = normalized.database
+        if not _in_memory(database):
+            # An in-memory database has a single static connection: no pool to size.
+            kwargs = {**pool_options(), **kwargs}
         if database and database != ":memory:" and not database.startswith("file:"):
             Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine = create_async_engine(normalized, **kwargs)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
-    kwargs.setdefault("pool_pre_ping", True)
+    kwargs = {"pool_pre_ping": True, **pool_options(), **kwargs}
     return create_async_engine(normalized, **kwargs)
 
 

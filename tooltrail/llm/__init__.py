@@ -1,13 +1,16 @@
 """Model clients behind one small protocol, and the retry rules of the model activity.
 
 ``ModelClient.complete`` takes a ``ModelRequest`` (messages and a tool catalog) and returns
-a ``ModelResponse`` (an assistant message with text and tool calls, plus token usage).
-Implementations: ``OpenAIChatClient`` (any OpenAI-compatible server),
-``AnthropicMessagesClient`` and ``ScriptedModel`` (tests and the demo).
+a ``ModelResponse`` (an assistant message with text, tool calls and thinking, why the model
+stopped, and token usage). Implementations: ``OpenAIChatClient`` (any OpenAI-compatible
+server, on the ``openai`` SDK: ``pip install 'tooltrail[openai]'``),
+``AnthropicMessagesClient`` (on the ``anthropic`` SDK: ``tooltrail[anthropic]``) and
+``ScriptedModel`` (tests and the demo).
 
-Importing this package loads no HTTP client: the messages, errors and ``MODEL_RETRY_POLICY``
-are pure and workflow code may import them; the HTTP clients and ``build_model_client`` load
-on first use.
+Importing this package loads no SDK and no HTTP client: the messages, errors and
+``MODEL_RETRY_POLICY`` are pure and workflow code may import them; the provider clients and
+``build_model_client`` load on first use (an ``ImportError`` naming the extra when their SDK
+is missing).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from tooltrail.llm.errors import (
     MAX_RETRY_AFTER_S,
+    MODEL_OUTPUT_TRUNCATED,
     MODEL_REQUEST_REJECTED,
     MODEL_RESPONSE_INVALID,
     MODEL_RETRY_POLICY,
@@ -25,6 +29,7 @@ from tooltrail.llm.errors import (
     ModelConnectionError,
     ModelError,
     ModelHTTPError,
+    ModelRequestError,
     ModelResponseError,
     ScriptExhaustedError,
     classify,
@@ -33,12 +38,15 @@ from tooltrail.llm.errors import (
 )
 from tooltrail.llm.messages import (
     MODEL_COMPLETE,
+    TRUNCATED_STOP_REASONS,
     Message,
     ModelClient,
     ModelRequest,
     ModelResponse,
     Role,
     StopReason,
+    Thinking,
+    ThinkingSetting,
     Usage,
 )
 from tooltrail.llm.scripted import ScriptedModel, ScriptStep, text_response, tool_call_response
@@ -51,11 +59,13 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_RETRY_AFTER_S",
     "MODEL_COMPLETE",
+    "MODEL_OUTPUT_TRUNCATED",
     "MODEL_REQUEST_REJECTED",
     "MODEL_RESPONSE_INVALID",
     "MODEL_RETRY_POLICY",
     "MODEL_SCRIPT_EXHAUSTED",
     "MODEL_UNAVAILABLE",
+    "TRUNCATED_STOP_REASONS",
     "AnthropicMessagesClient",
     "Message",
     "ModelClient",
@@ -63,6 +73,7 @@ __all__ = [
     "ModelError",
     "ModelHTTPError",
     "ModelRequest",
+    "ModelRequestError",
     "ModelResponse",
     "ModelResponseError",
     "OpenAIChatClient",
@@ -72,6 +83,8 @@ __all__ = [
     "ScriptStep",
     "ScriptedModel",
     "StopReason",
+    "Thinking",
+    "ThinkingSetting",
     "Usage",
     "build_model_client",
     "classify",

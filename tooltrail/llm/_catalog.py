@@ -11,7 +11,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CatalogEntry", "arguments_json", "arguments_object", "read_catalog"]
+from tooltrail.llm.messages import Message
+
+__all__ = [
+    "CatalogEntry",
+    "arguments_json",
+    "arguments_object",
+    "read_catalog",
+    "tool_result_text",
+]
 
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
@@ -82,3 +90,17 @@ def arguments_object(arguments: dict[str, Any] | str) -> dict[str, Any]:
     except ValueError:
         return {}
     return parsed if isinstance(parsed, dict) else {}
+
+
+def tool_result_text(message: Message) -> str:
+    """Return the text of a tool message as the provider receives it.
+
+    A failed call whose output is blank (``ToolError("")``) says so in a fixed text:
+    Anthropic refuses an empty ``is_error`` result, and either model reads nothing useful
+    from one.
+    """
+    if message.is_error and not message.content.strip():
+        if message.name:
+            return f"tool {message.name!r} failed without a message"
+        return "the tool failed without a message"
+    return message.content

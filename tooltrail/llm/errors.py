@@ -5,21 +5,30 @@ The tree::
     ModelError (TooltrailError)      base of every failure a model client raises
     ├── ModelHTTPError               the provider answered with an HTTP error status
     ├── ModelConnectionError         no answer: connect failure, timeout, dropped connection
+    ├── ModelRequestError            the SDK refused to send the request (a bad setting)
     ├── ModelResponseError           a success status whose body is not the expected shape
     └── ScriptExhaustedError         a ``ScriptedModel`` was asked for more than its script
 
-Clients never retry (their HTTP transport has ``retries=0``): Temporal's retry policy is the
-only retry loop, so a call is never retried twice over. ``to_application_error`` is the one
-place that turns these failures into that policy's input, at the activity boundary:
+The provider clients run on the official SDKs (``openai``, ``anthropic``) with the SDKs' own
+retries off (``max_retries=0``): Temporal's retry policy is the only retry loop, so a call
+is never retried twice over. Each client maps the SDK's exceptions onto this tree
+(``APIStatusError`` to ``ModelHTTPError``, ``APIConnectionError`` and ``APITimeoutError`` to
+``ModelConnectionError``), and ``to_application_error`` is the one place that turns these
+failures into that policy's input, at the activity boundary:
 
 - 408, 409, 429 and 5xx, and every connection failure, are retryable (``ModelUnavailable``);
   a ``Retry-After`` / ``retry-after-ms`` answer becomes the next retry's delay, overriding
   the policy's backoff for that one retry;
-- every other 4xx is final (``ModelRequestRejected``): the same request would fail again;
+- every other 4xx is final (``ModelRequestRejected``): the same request would fail again,
+  and so would a request the SDK refused to send;
 - a malformed success body is final (``ModelResponseInvalid``): the server does not speak
   the protocol the client was configured for.
 
-Pure module (no I/O, no httpx at import): workflow code imports ``MODEL_RETRY_POLICY``.
+An answer cut off by ``max_tokens`` while it asked for tools (or before it said anything)
+fails the model activity for good with ``ModelOutputTruncated`` (raised by the activity,
+not a client): its tool calls may be incomplete, so they are never run.
+
+Pure module (no I/O, no HTTP client at import): workflow code imports ``MODEL_RETRY_POLICY``.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from tooltrail.errors import TooltrailError
 
 __all__ = [
     "MAX_RETRY_AFTER_S",
+    "MODEL_OUTPUT_TRUNCATED",
     "MODEL_REQUEST_REJECTED",
     "MODEL_RESPONSE_INVALID",
     "MODEL_RETRY_POLICY",
@@ -44,6 +54,7 @@ __all__ = [
     "ModelConnectionError",
     "ModelError",
     "ModelHTTPError",
+    "ModelRequestError",
     "ModelResponseError",
     "ScriptExhaustedError",
     "classify",
@@ -59,6 +70,9 @@ MODEL_RESPONSE_INVALID = "ModelResponseInvalid"
 """``ApplicationError.type`` of a success response that could not be read."""
 MODEL_SCRIPT_EXHAUSTED = "ModelScriptExhausted"
 """``ApplicationError.type`` of a ``ScriptedModel`` that ran out of responses."""
+MODEL_OUTPUT_TRUNCATED = "ModelOutputTruncated"
+"""``ApplicationError.type`` of an answer cut off by ``max_tokens`` (or the context window)
+while it asked for tools, or before it said anything: the turn fails, no tool runs."""
 
 MAX_RETRY_AFTER_S = 300.0
 """Longest server-requested delay honoured; a longer one is cut to this, so one answer
@@ -119,7 +133,16 @@ class ModelHTTPError(ModelError):
 class ModelConnectionError(ModelError):
     """Raised when no HTTP answer arrived: connect failure, timeout or dropped connection.
 
-    Always retryable; the underlying ``httpx.TransportError`` is the ``__cause__``.
+    Always retryable; the SDK's ``APIConnectionError`` (or ``APITimeoutError``) is the
+    ``__cause__``.
+    """
+
+
+class ModelRequestError(ModelError):
+    """Raised when the SDK refuses to send a request, before any HTTP exchange.
+
+    For example a ``max_tokens`` the Anthropic SDK deems too long for a request that is not
+    streamed. Final: the same request would be refused again.
     """
 
 
@@ -194,8 +217,9 @@ def to_application_error(exc: BaseException) -> ApplicationError:
     """Map a model-call failure to the ``ApplicationError`` the activity raises.
 
     Args:
-        exc: a ``ModelError``, an ``httpx.TransportError``, or anything else (reported as
-            retryable under its class name, as Temporal would do with it unmapped).
+        exc: a ``ModelError``, an ``httpx`` or ``httpx2`` ``TransportError``, or anything
+            else (reported as retryable under its class name, as Temporal would do with it
+            unmapped).
 
     Returns:
         A retryable ``ModelUnavailable`` (with ``next_retry_delay`` when the provider asked
@@ -213,6 +237,8 @@ def to_application_error(exc: BaseException) -> ApplicationError:
                 next_retry_delay=_retry_delay(exc.retry_after_s),
             )
         return ApplicationError(str(exc), details, type=MODEL_REQUEST_REJECTED, non_retryable=True)
+    if isinstance(exc, ModelRequestError):
+        return ApplicationError(str(exc), type=MODEL_REQUEST_REJECTED, non_retryable=True)
     if isinstance(exc, ModelResponseError):
         return ApplicationError(str(exc), type=MODEL_RESPONSE_INVALID, non_retryable=True)
     if isinstance(exc, ScriptExhaustedError):
@@ -226,7 +252,9 @@ def to_application_error(exc: BaseException) -> ApplicationError:
 
 def _is_transport_error(exc: BaseException) -> bool:
     # Imported here, not at the top: workflow code imports this module and must not load
-    # an HTTP client; only activity code ever calls this function.
+    # an HTTP client; only activity code ever calls this function. httpx2 is the SDKs'
+    # transport, httpx the one of hand-built clients.
     import httpx
+    import httpx2
 
-    return isinstance(exc, httpx.TransportError)
+    return isinstance(exc, httpx.TransportError | httpx2.TransportError)

@@ -8,12 +8,15 @@ choice, because one deployment may hold keys for both.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal
 
 from tooltrail.errors import ConfigurationError
-from tooltrail.llm.anthropic import AnthropicMessagesClient
-from tooltrail.llm.openai import OpenAIChatClient
 from tooltrail.settings import Settings
+
+if TYPE_CHECKING:
+    from tooltrail.llm.anthropic import AnthropicMessagesClient
+    from tooltrail.llm.openai import OpenAIChatClient
 
 __all__ = ["Provider", "build_model_client"]
 
@@ -26,20 +29,25 @@ def build_model_client(
     settings: Settings | None = None,
     *,
     model: str | None = None,
-    timeout_s: float = 120.0,
+    timeout_s: float | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> OpenAIChatClient | AnthropicMessagesClient:
     """Return the client of ``provider``, with the base URL and key from ``settings``.
 
     The caller owns the client: close it with ``await client.aclose()`` (or ``async with``).
+    Only the chosen provider's SDK is imported, so one extra is enough
+    (``tooltrail[openai]`` or ``tooltrail[anthropic]``).
 
     Args:
         provider: which API to speak.
         settings: tooltrail's settings (default: read from the environment).
         model: the default model name (default: ``settings.model``).
-        timeout_s: the HTTP timeout of one request.
+        timeout_s: the timeout of one request (default: the SDK's, 600 s).
+        headers: more headers for every request.
 
     Raises:
         ConfigurationError: no model name was given and ``TOOLTRAIL_MODEL`` is not set.
+        ImportError: the provider's SDK is not installed (the message names the extra).
     """
     settings = settings or Settings()
     name = model or settings.model
@@ -48,17 +56,23 @@ def build_model_client(
             "no model name: set TOOLTRAIL_MODEL or pass model=... to build_model_client"
         )
     if provider == "anthropic":
+        from tooltrail.llm.anthropic import AnthropicMessagesClient
+
         key = settings.anthropic_api_key
         return AnthropicMessagesClient(
             api_key=key.get_secret_value() if key else None,
             model=name,
             base_url=settings.anthropic_base_url,
             timeout_s=timeout_s,
+            headers=headers,
         )
+    from tooltrail.llm.openai import OpenAIChatClient
+
     key = settings.openai_api_key
     return OpenAIChatClient(
         settings.openai_base_url,
         api_key=key.get_secret_value() if key else None,
         model=name,
         timeout_s=timeout_s,
+        headers=headers,
     )

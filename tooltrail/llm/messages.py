@@ -13,19 +13,29 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol, Self
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    StrictInt,
+    model_serializer,
+    model_validator,
+)
 
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.text import render_text
 
 __all__ = [
     "MODEL_COMPLETE",
+    "TRUNCATED_STOP_REASONS",
     "Message",
     "ModelClient",
     "ModelRequest",
     "ModelResponse",
     "Role",
     "StopReason",
+    "Thinking",
+    "ThinkingSetting",
     "Usage",
 ]
 
@@ -35,8 +45,65 @@ MODEL_COMPLETE = "tooltrail.model.complete"
 Role = Literal["system", "user", "assistant", "tool"]
 """Who speaks a message."""
 
-StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence"]
-"""The normalized stop reasons; a provider's other reasons pass through as they are."""
+StopReason = Literal[
+    "end_turn",
+    "tool_use",
+    "max_tokens",
+    "stop_sequence",
+    "refusal",
+    "pause_turn",
+    "model_context_window_exceeded",
+    "content_filter",
+]
+"""The normalized stop reasons; a provider's other reasons pass through as they are.
+
+- ``end_turn``: the model finished its answer (OpenAI ``stop``);
+- ``tool_use``: it wants its tool calls run (OpenAI ``tool_calls``);
+- ``max_tokens``: cut off by ``max_tokens`` (OpenAI ``length``);
+- ``stop_sequence``: a stop sequence was generated;
+- ``refusal``: the model declined (Anthropic's classifiers, or an OpenAI ``refusal``);
+- ``pause_turn``: Anthropic paused a long server-tool turn;
+- ``model_context_window_exceeded``: the context window ran out mid-answer (Anthropic);
+- ``content_filter``: OpenAI's content filter withheld the output.
+"""
+
+TRUNCATED_STOP_REASONS: frozenset[str] = frozenset({"max_tokens", "model_context_window_exceeded"})
+"""Stop reasons of an answer that was cut off: its tool calls may be incomplete."""
+
+ThinkingSetting = StrictInt | Literal["adaptive", "disabled"]
+"""Anthropic extended thinking: a budget in tokens (manual thinking, at least 1024 and below
+``max_tokens``), ``"adaptive"`` (the model decides how much to think) or ``"disabled"``.
+Strict, so that ``True`` is refused rather than read as a budget of one token."""
+
+
+def _drop_defaults(
+    model: BaseModel, handler: SerializerFunctionWrapHandler, fields: tuple[str, ...]
+) -> Any:
+    # Fields added after histories were recorded travel only when set: a message or a usage
+    # without them is serialized byte for byte as before (every turn's history holds some).
+    data = handler(model)
+    if isinstance(data, dict):
+        for name in fields:
+            if name in data and data[name] in (None, [], 0):
+                del data[name]
+    return data
+
+
+class Thinking(BaseModel):
+    """One thinking block of an assistant answer (Anthropic extended thinking).
+
+    Kept verbatim, signature included: when thinking is on, the API wants the blocks of the
+    answer that asked for tools back, unchanged and in order, with the tool results.
+    """
+
+    type: Literal["thinking", "redacted_thinking"] = "thinking"
+    """``thinking`` (readable, signed) or ``redacted_thinking`` (encrypted by the provider)."""
+    thinking: str = ""
+    """The thinking text (``thinking`` blocks)."""
+    signature: str = ""
+    """The provider's signature of the text (``thinking`` blocks)."""
+    data: str = ""
+    """The encrypted content (``redacted_thinking`` blocks)."""
 
 
 class Message(BaseModel):
@@ -61,11 +128,27 @@ class Message(BaseModel):
     content_ref: str | None = None
     """A large tool result stored in the database: ``content`` is filled in from it before
     the model sees the message."""
+    thinking: list[Thinking] = Field(default_factory=list)
+    """Assistant only: the answer's thinking blocks, in order (sent back before its text and
+    tool calls). Kept in the conversation in SQL, not in workflow history."""
+    refusal: str | None = None
+    """Assistant only: the model declined to answer, and said this (OpenAI's ``refusal``, or
+    Anthropic's explanation of a ``refusal`` stop)."""
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _drop_defaults(self, handler, ("thinking", "refusal"))
 
     @model_validator(mode="after")
     def _check_role_fields(self) -> Self:
-        if self.tool_calls and self.role != "assistant":
-            raise ValueError(f"only assistant messages carry tool_calls, not {self.role!r} ones")
+        if self.role != "assistant":
+            for name in ("tool_calls", "thinking"):
+                if getattr(self, name):
+                    raise ValueError(
+                        f"only assistant messages carry {name}, not {self.role!r} ones"
+                    )
+            if self.refusal is not None:
+                raise ValueError(f"only assistant messages carry a refusal, not {self.role!r} ones")
         if self.role == "tool" and not self.tool_call_id:
             raise ValueError("a tool message needs the tool_call_id of the call it answers")
         if self.role != "tool" and (self.tool_call_id is not None or self.is_error):
@@ -85,9 +168,29 @@ class Message(BaseModel):
         return cls(role="user", content=content)
 
     @classmethod
-    def assistant(cls, content: str = "", tool_calls: list[ToolCall] | None = None) -> Message:
-        """Return an assistant message with text and/or tool calls."""
-        return cls(role="assistant", content=content, tool_calls=list(tool_calls or []))
+    def assistant(
+        cls,
+        content: str = "",
+        tool_calls: list[ToolCall] | None = None,
+        *,
+        thinking: list[Thinking] | None = None,
+        refusal: str | None = None,
+    ) -> Message:
+        """Return an assistant message with text and/or tool calls.
+
+        Args:
+            content: the text.
+            tool_calls: the tool calls the model requested.
+            thinking: the answer's thinking blocks (Anthropic), in order.
+            refusal: the model's refusal text, when it declined.
+        """
+        return cls(
+            role="assistant",
+            content=content,
+            tool_calls=list(tool_calls or []),
+            thinking=list(thinking or []),
+            refusal=refusal,
+        )
 
     @classmethod
     def tool(
@@ -125,17 +228,42 @@ class Message(BaseModel):
 
 
 class Usage(BaseModel):
-    """Tokens one completion consumed, as the provider reported them (0 when it did not)."""
+    """Tokens one completion consumed, as the provider reported them (0 when it did not).
+
+    ``input_tokens`` counts every prompt token, cached ones included, for both providers;
+    the two cache counts say how many of them were read from or written to the provider's
+    prompt cache (billed at their own rates).
+    """
 
     input_tokens: int = 0
-    """Prompt tokens (OpenAI ``prompt_tokens``)."""
+    """Prompt tokens, cached ones included (OpenAI ``prompt_tokens``; Anthropic
+    ``input_tokens + cache_creation_input_tokens + cache_read_input_tokens``)."""
     output_tokens: int = 0
-    """Generated tokens (OpenAI ``completion_tokens``)."""
+    """Generated tokens, thinking included (OpenAI ``completion_tokens``)."""
+    cache_read_tokens: int = 0
+    """Of ``input_tokens``, those read from the prompt cache (OpenAI
+    ``prompt_tokens_details.cached_tokens``; Anthropic ``cache_read_input_tokens``)."""
+    cache_write_tokens: int = 0
+    """Of ``input_tokens``, those written to the prompt cache (OpenAI
+    ``prompt_tokens_details.cache_write_tokens``; Anthropic ``cache_creation_input_tokens``)."""
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _drop_defaults(self, handler, ("cache_read_tokens", "cache_write_tokens"))
 
     @property
     def total_tokens(self) -> int:
         """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        """Return the sum of two usages, field by field."""
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
 
 
 class ModelRequest(BaseModel):
@@ -152,6 +280,12 @@ class ModelRequest(BaseModel):
     """Sampling temperature; ``None`` leaves the provider's default."""
     max_tokens: int | None = None
     """Most tokens to generate; ``None`` leaves the client's default."""
+    thinking: ThinkingSetting | None = None
+    """Anthropic extended thinking (``ThinkingSetting``); ``None`` leaves the model's default.
+    OpenAI-compatible clients ignore it."""
+    prompt_caching: bool = False
+    """Anthropic: mark the system prompt and the tool definitions for the prompt cache.
+    OpenAI caches long prompts by itself."""
 
 
 class ModelResponse(BaseModel):

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 
 async def main(address: str, task_queue: str, database_url: str, host_name: str) -> None:
-    from tests.crash_tools import HOSTS
+    from tests.support.crash_tools import HOSTS
     from tooltrail.db.store import AuditStore
     from tooltrail.worker import build_worker, connect_client
 

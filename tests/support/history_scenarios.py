@@ -1,6 +1,6 @@
 """Recorded turns for the replay corpus: every pipeline path that has landed.
 
-``python -m tests.history_scenarios [NAME ...]`` (or ``make histories``) runs the scenarios
+``python -m tests.support.history_scenarios [NAME ...]`` (or ``make histories``) runs the scenarios
 (all, or the named ones) on a fresh embedded Temporal server and writes each history to
 ``tests/histories/<name>.json``. Record only new paths: the old files are the proof that a
 workflow change still replays turns recorded before it (or it needs ``workflow.patched``).
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from tests.stand_ins import BrokenScratch, PonderingReflector, SlowModel
+from tests.support.stand_ins import BrokenScratch, PonderingReflector, SlowModel
 from tooltrail import (
     AlwaysRecoverable,
     Analysis,
@@ -49,7 +49,7 @@ from tooltrail.results import TextPart
 from tooltrail.scratch import ScratchDirs
 from tooltrail.worker import build_worker
 
-HISTORIES = Path(__file__).resolve().parent / "histories"
+HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 _state: dict[str, int] = {}
 
 

@@ -1,8 +1,11 @@
 """A scriptable local HTTP server that speaks enough OpenAI and Anthropic for client tests.
 
 It answers every POST (``/v1/chat/completions``, ``/v1/messages``, anything) with the next
-scripted reply and records what it received. Real sockets on 127.0.0.1, a port chosen by the
-OS; the stdlib server runs in a thread, so async tests can call it with a real httpx client.
+scripted reply and records what it received. The success bodies of ``openai_completion`` and
+``anthropic_message`` are built with the official SDKs' own response types
+(``model_dump(mode="json")``), so they are what those SDKs say the APIs answer today. Real
+sockets on 127.0.0.1, a port chosen by the OS; the stdlib server runs in a thread, so async
+tests can call it with real clients.
 """
 
 from __future__ import annotations
@@ -16,6 +19,11 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
+
+from anthropic.types import Message as AnthropicMessage
+from openai.types import CompletionUsage
+from openai.types.chat import ChatCompletion, ChatCompletionMessage
+from openai.types.chat.chat_completion import Choice
 
 __all__ = [
     "Disconnect",
@@ -34,6 +42,8 @@ class Reply:
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+    """Wait this long before answering (a slow generation)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,8 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(action, Disconnect):
             self.close_connection = True
             return
+        if action.delay_s:
+            time.sleep(action.delay_s)
         payload = (
             action.body if isinstance(action.body, bytes) else json.dumps(action.body).encode()
         )
@@ -158,32 +170,46 @@ def openai_completion(
     finish_reason: str | None = None,
     prompt_tokens: int = 11,
     completion_tokens: int = 7,
+    cached_tokens: int | None = None,
+    cache_write_tokens: int | None = None,
+    refusal: str | None = None,
     id: str = "chatcmpl-1",
 ) -> dict[str, Any]:
-    """A Chat Completions response; ``tool_calls`` are ``(id, name, raw arguments)``."""
-    message: dict[str, Any] = {"role": "assistant", "content": content}
+    """A Chat Completions response, built with the ``openai`` SDK's own ``ChatCompletion``.
+
+    ``tool_calls`` are ``(id, name, raw arguments)``.
+    """
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
     if tool_calls:
         message["tool_calls"] = [
             {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
             for cid, name, args in tool_calls
         ]
-    return {
-        "id": id,
-        "object": "chat.completion",
-        "model": "test-model",
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop"),
-            }
-        ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
     }
+    if cached_tokens is not None or cache_write_tokens is not None:
+        usage["prompt_tokens_details"] = {
+            "cached_tokens": cached_tokens,
+            "cache_write_tokens": cache_write_tokens,
+        }
+    completion = ChatCompletion(
+        id=id,
+        object="chat.completion",
+        created=1_700_000_000,
+        model="test-model",
+        choices=[
+            Choice(
+                index=0,
+                message=ChatCompletionMessage.model_validate(message),
+                finish_reason=finish_reason or ("tool_calls" if tool_calls else "stop"),  # type: ignore[arg-type]
+            )
+        ],
+        usage=CompletionUsage.model_validate(usage),
+    )
+    return completion.model_dump(mode="json")
 
 
 def anthropic_message(
@@ -191,15 +217,28 @@ def anthropic_message(
     stop_reason: str = "end_turn",
     input_tokens: int = 13,
     output_tokens: int = 5,
+    cache_read_input_tokens: int | None = None,
+    cache_creation_input_tokens: int | None = None,
+    stop_details: dict[str, Any] | None = None,
     id: str = "msg_1",
 ) -> dict[str, Any]:
-    """A Messages API response with the given content blocks."""
-    return {
-        "id": id,
-        "type": "message",
-        "role": "assistant",
-        "model": "test-model",
-        "content": list(blocks),
-        "stop_reason": stop_reason,
-        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
-    }
+    """A Messages API response with the given content blocks, built with the ``anthropic``
+    SDK's own ``Message`` (so each block must be one of its content block types)."""
+    message = AnthropicMessage.model_validate(
+        {
+            "id": id,
+            "type": "message",
+            "role": "assistant",
+            "model": "test-model",
+            "content": list(blocks),
+            "stop_reason": stop_reason,
+            "stop_details": stop_details,
+            "usage": {
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+                "cache_read_input_tokens": cache_read_input_tokens,
+                "cache_creation_input_tokens": cache_creation_input_tokens,
+            },
+        }
+    )
+    return message.model_dump(mode="json")

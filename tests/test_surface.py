@@ -1,0 +1,182 @@
+"""The public surface: ``tooltrail.__all__`` is pinned, and holds every name of the contract.
+
+A name may be added to the surface (then it is added here too, on purpose); none is renamed or
+removed. The order is the one ruff keeps ``__all__`` in (RUF022: constants, classes, then
+functions, each alphabetical).
+"""
+
+from __future__ import annotations
+
+import tooltrail
+
+PUBLIC = [
+    "MAX_RECOVERY_ATTEMPTS",
+    "AccessConfig",
+    "AccessDecision",
+    "AccessGate",
+    "AccessRequest",
+    "Allow",
+    "AlwaysRecoverable",
+    "Analysis",
+    "Ask",
+    "AuditEvent",
+    "AuthorityScope",
+    "Block",
+    "CachedToolError",
+    "CircuitBreaker",
+    "ConfigurationError",
+    "DatabaseSchemaError",
+    "DuplicateToolError",
+    "DynamicTool",
+    "ExponentialBackoff",
+    "FixedDelay",
+    "Guard",
+    "GuardrailViolation",
+    "Host",
+    "Idempotency",
+    "ImagePart",
+    "InputFix",
+    "InputGuard",
+    "LoopDetected",
+    "LoopDetection",
+    "MemoizingMiddleware",
+    "MemoryEntry",
+    "NoRetry",
+    "NoopReflector",
+    "ObservedEvent",
+    "OutputLimitMiddleware",
+    "Part",
+    "PermissionMiddleware",
+    "PostToolHook",
+    "PostToolUseContext",
+    "PreToolHook",
+    "PreToolUseContext",
+    "Principal",
+    "RedactingMiddleware",
+    "ReflectionContext",
+    "Reflector",
+    "RegistryFrozenError",
+    "RetryForever",
+    "RunConfig",
+    "ScopeGate",
+    "Snapshot",
+    "Subject",
+    "TextPart",
+    "TimeoutMiddleware",
+    "Tool",
+    "ToolCall",
+    "ToolChange",
+    "ToolContext",
+    "ToolDefaults",
+    "ToolDefinitionError",
+    "ToolDispatchResult",
+    "ToolError",
+    "ToolOutput",
+    "ToolRecoveryExhausted",
+    "ToolRegistry",
+    "ToolSpec",
+    "Tooltrail",
+    "TooltrailError",
+    "TurnCancelled",
+    "TurnError",
+    "TurnFailed",
+    "TurnHandle",
+    "TurnResult",
+    "UnknownToolError",
+    "UnknownToolMiddleware",
+    "VerifyMiddleware",
+    "build_worker",
+    "connect",
+    "derive_key",
+    "local",
+    "tool",
+    "tool_defaults",
+    "worker",
+]
+
+# Every name the team's CONTRACT.md (the public surface users program against) shows, each of
+# which it promises importable from the top-level package: ``from tooltrail import ...``.
+CONTRACT_NAMES = frozenset(
+    {
+        "AccessConfig",
+        "AccessDecision",
+        "Allow",
+        "AlwaysRecoverable",
+        "Analysis",
+        "Ask",
+        "AuditEvent",
+        "AuthorityScope",
+        "Block",
+        "CircuitBreaker",
+        "ExponentialBackoff",
+        "FixedDelay",
+        "Host",
+        "Idempotency",
+        "ImagePart",
+        "InputFix",
+        "InputGuard",
+        "LoopDetected",
+        "LoopDetection",
+        "MemoizingMiddleware",
+        "MemoryEntry",
+        "NoRetry",
+        "NoopReflector",
+        "OutputLimitMiddleware",
+        "Part",
+        "PermissionMiddleware",
+        "PostToolHook",
+        "PostToolUseContext",
+        "PreToolHook",
+        "PreToolUseContext",
+        "Principal",
+        "RedactingMiddleware",
+        "ReflectionContext",
+        "Reflector",
+        "RetryForever",
+        "RunConfig",
+        "ScopeGate",
+        "TextPart",
+        "TimeoutMiddleware",
+        "Tool",
+        "ToolCall",
+        "ToolChange",
+        "ToolContext",
+        "ToolDispatchResult",
+        "ToolError",
+        "ToolOutput",
+        "ToolRecoveryExhausted",
+        "ToolRegistry",
+        "TooltrailError",
+        "TurnCancelled",
+        "UnknownToolMiddleware",
+        "VerifyMiddleware",
+        "connect",
+        "local",
+        "tool",
+        "worker",
+    }
+)
+
+
+def test_the_public_names_are_exactly_these() -> None:
+    assert tooltrail.__all__ == PUBLIC
+
+
+def test_the_public_names_are_listed_once_in_ruffs_order() -> None:
+    def order(name: str) -> tuple[int, str]:
+        kind = 0 if name.isupper() else 1 if name[0].isupper() else 2
+        return kind, name
+
+    assert len(set(tooltrail.__all__)) == len(tooltrail.__all__)
+    assert sorted(tooltrail.__all__, key=order) == tooltrail.__all__
+
+
+def test_every_contract_name_is_public() -> None:
+    assert sorted(CONTRACT_NAMES - set(tooltrail.__all__)) == []
+    for name in CONTRACT_NAMES:
+        assert getattr(tooltrail, name) is not None
+
+
+def test_every_lazily_loaded_name_is_public() -> None:
+    # A name the front door can load but does not list would be public by accident.
+    assert set(tooltrail._MODULE_OF) == set(tooltrail.__all__)
