@@ -69,9 +69,10 @@ class ConversationActivities:
             client: the model client.
             recorder: the audit recorder (its database holds the conversations).
             planner: plans the answer's tool calls (the worker's tools, verdicts).
-            catalog: the worker's tool catalog (OpenAI format), for turns that send none.
-                Built once, at the first model turn: the worker's registry is frozen by
-                then (``build_worker``), and a schema costs a millisecond to generate.
+            catalog: the worker's tool catalog (OpenAI format); the model is offered the
+                turn's advertised tools of it. Built once, at the first model turn: the
+                worker's registry is frozen by then (``build_worker``), and a schema costs a
+                millisecond to generate.
         """
         self.client = client
         self.recorder = recorder
@@ -81,8 +82,11 @@ class ConversationActivities:
 
     @activity.defn(name=MODEL_TURN)
     async def model_turn(self, inp: ModelTurnRequest) -> ModelTurnOutcome:
-        """Store the new messages, ask the model (unless already answered), store the answer."""
-        flushed = await self.recorder.write(inp.flush)
+        """Store the new messages, ask the model (unless already answered), store the answer.
+
+        The answer comes with the worker's plan of its tool calls, and the session's saved
+        state (read with the conversation) in the plan.
+        """
         phase = inp.phase
         answer_seq = phase.start_seq + len(phase.new_messages)
         async with self.recorder.store.sessions.begin() as session:
@@ -99,7 +103,6 @@ class ConversationActivities:
         if previous is not None:
             return ModelTurnOutcome(
                 response=_for_history(previous),
-                flushed=flushed,
                 reused=True,
                 plan=self._plan(inp, previous, state),
             )
@@ -145,14 +148,10 @@ class ConversationActivities:
         async with self.recorder.store.sessions.begin() as session:
             await store_answer(session, run_id=phase.run_id, seq=answer_seq, response=response)
         return ModelTurnOutcome(
-            response=_for_history(response),
-            flushed=flushed,
-            plan=self._plan(inp, response, state),
+            response=_for_history(response), plan=self._plan(inp, response, state)
         )
 
     def _catalog(self, inp: ModelTurnRequest) -> list[dict[str, Any]]:
-        if inp.phase.catalog is not None:
-            return inp.phase.catalog
         if self.catalog is None:
             return []
         if self._built_catalog is None:
@@ -167,7 +166,7 @@ class ConversationActivities:
     def _plan(
         self, inp: ModelTurnRequest, response: ModelResponse, state: SessionState | None
     ) -> TurnPlan:
-        # Agent turns keep their behaviour of before the plan: no memoize cache.
+        # Agent turns do not memoize (they never did): their plans carry no memo plan.
         calls = response.message.tool_calls
         plan = (
             TurnPlan()

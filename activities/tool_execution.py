@@ -3,12 +3,8 @@
 A tool's failure is a *result*, never raised out of the activity, so Temporal never retries
 it; only the workflow's recovery loop runs a call again. Anything this activity raises is an
 infrastructure failure (an unreachable database, a lost worker), which Temporal retries as
-the same attempt.
-
-Turns recorded before audit batches (see ``workflows.turn``) send the records the workflow
-produced since its last write in the input; they are written while the attempt runs, so the
-write adds no latency of its own. If the database is down the tool still runs; the outcome
-says ``flushed=False`` and the workflow sends the records again later.
+the same attempt. (The turn's audit records travel apart, in batches: ``Recorder`` writes
+them for the ``tooltrail.audit.record`` local activity.)
 """
 
 from __future__ import annotations
@@ -218,7 +214,7 @@ class ToolActivities:
 
     @activity.defn(name=TOOL_EXECUTE)
     async def execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
-        """Write pending audit records, then run one attempt: pre hooks, body, post hooks."""
+        """Run one attempt: pre hooks, breaker gate, body, post hooks (a failure is a result)."""
         if not inp.turn_id:
             # The workflow leaves its own id out (every byte of the input is history).
             inp.turn_id = activity.info().workflow_id or ""
@@ -235,7 +231,7 @@ class ToolActivities:
                 enabled=not (inp.hooks_only or inp.shadow),
             ) as span,
         ):
-            outcome = await self._execute(inp)
+            outcome = await self._run(inp)
             match outcome:
                 case Ran() | ShadowServed():
                     span.finish(
@@ -258,25 +254,6 @@ class ToolActivities:
                 record_call(inp.tool_name, True, 0.0)
         # What the workflow knows goes back unsaid (the workflow's open_outcome restores it).
         return seal_outcome(outcome, inp)
-
-    async def _execute(self, inp: ExecuteAttempt) -> _Answer:
-        if inp.flush is None:
-            # Turns with audit batches send no records here (the common case).
-            return await self._run(inp)
-        # The pending records are written while the attempt runs, not before it: the write
-        # is off the call's critical path. Observers still get them in seq order (one flush
-        # is in flight per turn), and the outcome reports only once the write has ended.
-        writing = asyncio.create_task(self.recorder.write(inp.flush))
-        try:
-            outcome = await self._run(inp)
-        except BaseException:
-            # An infrastructure failure (or a cancellation): Temporal runs the attempt again
-            # or the workflow sends the records again; let the write end cleanly first.
-            with contextlib.suppress(Exception):
-                await asyncio.shield(writing)
-            raise
-        outcome.flushed = await writing
-        return outcome
 
     async def _run(self, inp: ExecuteAttempt) -> _Answer:
         if self.hooks and not inp.skip_pre_hooks:

@@ -20,6 +20,7 @@ import tooltrail
 from tests.conftest import StackFactory
 from tests.faults.history import local_activities
 from tooltrail import Host, RunConfig, ToolCall, Tooltrail, tool
+from tooltrail.llm.messages import ModelRequest, ModelResponse
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 from tooltrail.memoize import MemoizingMiddleware
 from tooltrail.wire import TOOL_EXECUTE, TURN_PREPARE
@@ -141,8 +142,8 @@ async def test_an_agent_run_from_a_client_without_tools(
 ) -> None:
     seen: list[list[str]] = []
 
-    def step(request: object) -> object:
-        seen.append([spec["function"]["name"] for spec in request.tools])  # type: ignore[attr-defined]
+    def step(request: ModelRequest) -> ModelResponse:
+        seen.append([spec["function"]["name"] for spec in request.tools])
         if len(seen) == 1:
             return tool_call_response(
                 ("c1", "shout", {"text": "go"}), ("c2", "nap", {"label": "z"})

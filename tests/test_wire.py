@@ -32,14 +32,12 @@ from tooltrail.wire import (
     AttemptOutcome,
     BreakerRefused,
     ExecuteAttempt,
-    Flush,
     HookRefused,
     HooksPassed,
     Ran,
     ShadowServed,
     TurnInput,
     TurnOutput,
-    TurnRecord,
 )
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -108,7 +106,7 @@ def test_packing_leaves_only_what_the_workflow_cannot_know() -> None:
 def test_extra_keys_and_whole_records_pass_through() -> None:
     full = {**record(value=None), "value_ref": "abc"}
     assert unpack_dispatch(pack_dispatch(full, **CONTEXT), **CONTEXT) == full
-    # A record from an older worker (a recorded history) carries everything: kept as is.
+    # A whole record (nothing implied left out) comes back as it is.
     assert unpack_dispatch(full, **CONTEXT) == full
 
 
@@ -148,24 +146,6 @@ def test_each_outcome_says_its_kind_except_the_common_one(
     assert data == wire
     assert type(decoded) is type(outcome)
     assert decoded == outcome
-
-
-def test_a_flush_without_a_turn_row_keeps_its_ids() -> None:
-    turn = TurnRecord(turn_id="t1", session_id="s1", started_at=NOW, call_count=1)
-    _, old_style = through_temporal({"turn": turn.model_dump(mode="json")}, Flush)
-    assert (old_style.turn_id, old_style.session_id) == ("t1", "s1")
-    request = ExecuteAttempt(
-        turn_id="t1",
-        session_id="s1",
-        tool_call_id="c1",
-        tool_name="echo",
-        arguments={},
-        attempt=0,
-        flush=Flush(turn_id="t1", session_id="s1"),
-    )
-    data, decoded = through_temporal(request, ExecuteAttempt)
-    assert b'"flush":{"turn_id":"t1","session_id":"s1"}' in data
-    assert decoded == request
 
 
 def test_turn_results_leave_unset_optionals_out() -> None:
@@ -283,49 +263,14 @@ def test_times_that_do_not_pack_exactly_travel_as_they_are(changes: dict[str, An
     assert decoded == outcome
 
 
-def test_outcomes_of_older_workers_still_decode() -> None:
-    # As recorded in tests/histories/ before the times were packed.
-    old = (
-        b'{"output":"c1","is_error":false,"duration_ms":0.427,"resolved_tool_name":"nothing",'
-        b'"reflector":"noop","started_at":"2026-11-30T00:36:57.354473Z",'
-        b'"finished_at":"2026-11-30T00:36:57.355177Z","dispatch":{"status":"ok",'
-        b'"started_at":"2026-11-30T00:36:57.354632Z","finished_at":"2026-11-30T00:36:57.354936Z"}}'
+def test_an_outcome_without_a_tag_is_a_ran_attempt() -> None:
+    # Only the common kind leaves its tag unsaid; every other kind says it (see above).
+    _, decoded = through_temporal(
+        {"output": "x", "is_error": True, "resolved_tool_name": "e", "reflector": "custom"},
+        AttemptOutcome,
     )
-    _, decoded = through_temporal(json.loads(old), AttemptOutcome)
     assert isinstance(decoded, Ran)
-    assert decoded.resolved_tool_name == "nothing"
-    assert decoded.reflector == "noop"
-    assert decoded.started_at == datetime(2026, 11, 30, 0, 36, 57, 354473, tzinfo=UTC)
-    full = unpack_dispatch(decoded.dispatch or {}, **CONTEXT)
-    assert full["status"] == "ok"
-    assert full["started_at"] == "2026-11-30T00:36:57.354632Z"
-    # A failure from an older worker with a custom reflector said nothing of it: still custom.
-    _, failed = through_temporal(
-        {"output": "x", "is_error": True, "duration_ms": 1.0, "resolved_tool_name": "e"},
-        AttemptOutcome,
-    )
-    assert isinstance(failed, Ran)
-    assert failed.reflector is None
-    # Refusals from before the tag said so in a field of their own.
-    _, hooked = through_temporal(
-        {
-            "output": "no",
-            "is_error": True,
-            "hook": {"decision": "block", "text": "no", "hook": "H#0"},
-        },
-        AttemptOutcome,
-    )
-    assert isinstance(hooked, HookRefused)
-    assert hooked.hook.text == "no"
-    _, refused = through_temporal(
-        {
-            "output": "tool temporarily unavailable: circuit breaker open",
-            "is_error": True,
-            "breaker_refused": True,
-        },
-        AttemptOutcome,
-    )
-    assert isinstance(refused, BreakerRefused)
+    assert (decoded.output, decoded.is_error, decoded.reflector) == ("x", True, "custom")
 
 
 def test_the_attempt_request_leaves_its_turn_and_first_attempt_unsaid() -> None:
@@ -343,14 +288,8 @@ def test_the_attempt_request_leaves_its_turn_and_first_attempt_unsaid() -> None:
 def test_a_turn_input_leaves_what_it_does_not_use_out() -> None:
     turn = TurnInput(session_id="s1", calls=[ToolCall("c1", "e", {})], advertised=["e"])
     data, decoded = through_temporal(turn, TurnInput)
-    assert set(json.loads(data)) == {
-        "session_id",
-        "calls",
-        "advertised",
-        "config",
-        "features",
-        "session",
-    }
+    # What the worker decides (the tools, the verdicts, the session's state) is not in it.
+    assert set(json.loads(data)) == {"session_id", "calls", "advertised", "config"}
     assert b'"config":{' in data  # nested settings travel whole, defaults and all
     assert decoded == turn
 
@@ -363,11 +302,7 @@ def test_a_turn_input_leaves_what_it_does_not_use_out() -> None:
 PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
     "TurnInput": {
         "advertised": None,
-        "tools": {},
-        "verdicts": None,
         "ends_run": False,
-        "memo": None,
-        "memo_paths": {},
         "rerun_of": None,
         "shadow": None,
         "model": None,
@@ -379,12 +314,11 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
         "memo": None,
         "memo_paths": {},
     },
-    "TurnOutput": {"assistant": None, "usage": None, "stop_reason": None, "session": None},
+    "TurnOutput": {"assistant": None, "usage": None, "stop_reason": None},
     "ToolDispatchResult": {"display_hint": None, "output_ref": None},
     "ExecuteAttempt": {
         "turn_id": "",
         "attempt": 0,
-        "flush": None,
         "skip_pre_hooks": False,
         "large_output_bytes": 262144,
         "hooks_only": False,
@@ -405,7 +339,6 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
         "output_hash": None,
         "output_preview": None,
         "post_hook_errors": [],
-        "flushed": True,
     },
     "ShadowServed": {
         "is_error": False,
@@ -413,15 +346,12 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
         "resolved_tool_name": "",
         "display_hint": None,
         "reflector": None,
-        "flushed": True,
     },
-    "HookRefused": {"flushed": True},
-    "HooksPassed": {"flushed": True},
-    "BreakerRefused": {"flushed": True},
+    "HookRefused": {},
+    "HooksPassed": {},
+    "BreakerRefused": {},
     "RecordTurn": {"must_persist": True},
     "Flush": {
-        "turn_id": "",
-        "session_id": "",
         "turn": None,
         "events": [],
         "memory": [],
@@ -457,7 +387,8 @@ def test_an_envelope_of_defaults_says_only_what_it_must(cls: type[BaseModel]) ->
         "Ran": {"output": "x"},
         "ShadowServed": {"output": "x"},
         "HookRefused": {"hook": {"decision": "block", "text": "no", "hook": "H#0"}},
-        "RecordTurn": {"flush": {}},
+        "RecordTurn": {"flush": {"turn_id": "t", "session_id": "s"}},
+        "Flush": {"turn_id": "t", "session_id": "s"},
     }.get(cls.__name__, {})
     value = cls.model_validate(required)
     data, decoded = through_temporal(value, AttemptOutcome if cls in OUTCOMES else cls)

@@ -187,8 +187,8 @@ class TurnHandle:
             raise turn_error(failure, self.turn_id) from failure
         calls = output.assistant.tool_calls if output.assistant is not None else []
         if calls and not output.results and self._store is not None:
-            # An agent turn left its results to the conversation and the audit trail
-            # (ModelPhase.state_in_db); its tool phase's end holds them, in call order.
+            # An agent turn left its results to the conversation and the audit trail (see
+            # ModelPhase); its tool phase's end holds them, in call order.
             events = await self._store.events(self.turn_id)
             ends = [e for e in events if e.kind == "turn_end" and e.payload.get("phase") == "tools"]
             if ends:
@@ -618,7 +618,7 @@ class Tooltrail:
             max_turns=max_turns,
             turns_per_segment=turns_per_segment,
             local_model=local_model,
-            # Each turn reads the session's state itself (ModelPhase.state_in_db).
+            # Each turn reads the session's state itself (see ModelPhase).
             carry=AgentCarry(new_messages=opening),
         )
         handle = await self.client.start_workflow(

@@ -141,25 +141,14 @@ def unpack(data: Any, type_hint: Any) -> Any:
     if not isinstance(data, dict):
         return data
     if type_hint is AttemptOutcome:
-        kind = _outcome_kind(data)
+        # The common kind leaves its tag unsaid (see ``_SAID``).
+        kind = data.get("kind", "ran")
         data = {**data, "kind": kind}
         if kind != "ran":
             return data
     elif type_hint is not Ran:
         return data
     return _unpack_times(data) if "t" in data else data
-
-
-def _outcome_kind(data: dict[str, Any]) -> str:
-    kind = data.get("kind")
-    if kind is not None:
-        return str(kind)
-    # Outcomes recorded before the tag: a hook's or the breaker's refusal said so in a field.
-    if data.get("hook") is not None:
-        return "hook_refused"
-    if data.get("breaker_refused"):
-        return "breaker_refused"
-    return "ran"
 
 
 def needs_unpacking(type_hint: Any) -> bool:

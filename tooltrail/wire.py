@@ -12,11 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    Field,
-    model_validator,
-)
+from pydantic import BaseModel, Field
 
 from tooltrail.config import LARGE_OUTPUT_BYTES, RunConfig
 from tooltrail.detection import LoopDetector
@@ -88,7 +84,7 @@ AUDIT_RECORD = "tooltrail.audit.record"
 SESSION_CLEANUP = "tooltrail.session.cleanup"
 """Activity: remove a session's scratch directory."""
 TOOL_CATALOG = "tooltrail.tool.catalog"
-"""Activity: the tools a worker serves (MCP servers' included), for clients to advertise."""
+"""Activity: the tools a worker serves (MCP servers' included), for clients to list."""
 RECOVERY_REFLECT = "tooltrail.recovery.reflect"
 """Activity: ask the host's reflector about a failed attempt."""
 MODEL_TURN = "tooltrail.model.turn"
@@ -187,8 +183,8 @@ class ConversationAppend(BaseModel):
 class Flush(BaseModel):
     """Audit records produced by the workflow since the last successful write."""
 
-    turn_id: str = ""
-    session_id: str = ""
+    turn_id: str
+    session_id: str
     turn: TurnRecord | None = None
     """The turn's row when it changed since the last write; ``None`` when it did not."""
     events: list[AuditEvent] = Field(default_factory=list)
@@ -197,14 +193,6 @@ class Flush(BaseModel):
     """The session's state at the end of the turn (final record only)."""
     conversation: ConversationAppend | None = None
     """An agent turn's tool results for its run's conversation (final record only)."""
-
-    @model_validator(mode="after")
-    def _ids_from_turn(self) -> Flush:
-        # Histories recorded before turn_id existed carry the ids in the turn row only.
-        if self.turn is not None:
-            self.turn_id = self.turn_id or self.turn.turn_id
-            self.session_id = self.session_id or self.turn.session_id
-        return self
 
 
 class HostFeatures(BaseModel):
@@ -297,20 +285,8 @@ class TurnInput(BaseModel):
     """The tool names advertised to the model for this turn; ``None``: the tools the
     deployment's workers offer (``TurnPlan.advertised``)."""
     config: RunConfig = Field(default_factory=RunConfig)
-    tools: dict[str, ToolMeta] = Field(default_factory=dict)
-    """Turns started before ``TurnPlan``: what the plan now says."""
-    verdicts: list[CallVerdict] | None = None
-    """Turns started before ``TurnPlan``: what the plan now says."""
-    features: HostFeatures = Field(default_factory=HostFeatures)
-    """Turns started before ``TurnPlan``: what the plan now says."""
-    session: SessionState = Field(default_factory=SessionState)
-    """Turns started before ``TurnPlan``: what the plan now says."""
     ends_run: bool = False
     """This turn ends a run: a loop pattern at stop level is cleared for the next run."""
-    memo: MemoPlan | None = None
-    """Turns started before ``TurnPlan``: what the plan now says."""
-    memo_paths: dict[str, list[str]] = Field(default_factory=dict)
-    """Turns started before ``TurnPlan``: what the plan now says."""
     rerun_of: str | None = None
     """The turn this one re-runs (``tooltrail rerun``)."""
     shadow: ShadowPlan | None = None
@@ -324,18 +300,14 @@ class TurnOutput(BaseModel):
 
     turn_id: str
     results: list[ToolDispatchResult]
-    """Empty for an agent turn with ``ModelPhase.state_in_db``: its results went to the
-    conversation and the audit trail (``tt.get_turn(turn_id).result()`` reads them back)."""
+    """Empty for an agent turn: its results went to the conversation and the audit trail
+    (``tt.get_turn(turn_id).result()`` reads them back)."""
     assistant: Message | None = None
     """With a model phase: the model's answer (its text and tool calls)."""
     usage: Usage | None = None
     """With a model phase: the tokens the model call spent."""
     stop_reason: str | None = None
     """With a model phase: why the model stopped (``ModelResponse.stop_reason``)."""
-    session: SessionState | None = None
-    """The session's state as this turn left it, for an agent run's next turn in runs
-    recorded before ``ModelPhase.state_in_db`` (other turns load it from the database,
-    where the final record saved it)."""
 
 
 class ExecuteAttempt(BaseModel):
@@ -349,14 +321,11 @@ class ExecuteAttempt(BaseModel):
     tool_name: str
     arguments: dict[str, Any]
     attempt: int = 0
-    flush: Flush | None = None
     skip_pre_hooks: bool = False
     """True when a human already approved this attempt (interactive ``Ask``)."""
     large_output_bytes: int = LARGE_OUTPUT_BYTES
     """Outputs above this size are stored in the database, not returned (0: never). The
-    default is ``RunConfig``'s, so the common case costs no history bytes. (Workers before
-    this default read a missing value as 0: an attempt they scheduled with 0 and a newer
-    worker ran keeps a large output in the database rather than in the history.)"""
+    default is ``RunConfig``'s, so the common case costs no history bytes."""
     hooks_only: bool = False
     """Run the pre-tool hooks and stop: the loop detector refuses this attempt unless a hook
     blocks it first (hooks come before detection)."""
@@ -388,8 +357,8 @@ class Ran(_Result):
     kind: Literal["ran"] = "ran"
     reflector: Literal["noop", "custom"] | None = None
     """The worker's reflector, told with failed attempts: with ``noop`` the workflow knows
-    the analysis without asking. ``None`` (successes, and failures from workers that left a
-    custom reflector unsaid) asks the reflector."""
+    the analysis without asking, with ``custom`` (or ``None``) it asks the reflector.
+    ``None`` on successes, which consult no reflector."""
     started_at: datetime | None = None
     """Wall-clock time the tool body started (worker clock), for the audit trail."""
     finished_at: datetime | None = None
@@ -404,8 +373,6 @@ class Ran(_Result):
     """With ``output_ref``: the first characters of the output's text (for memory)."""
     post_hook_errors: list[str] = Field(default_factory=list)
     """Post-tool hooks that raised (logged and ignored)."""
-    flushed: bool = True
-    """False when the audit database could not be written; the workflow sends the records again."""
 
 
 class ShadowServed(_Result):
@@ -418,8 +385,6 @@ class ShadowServed(_Result):
     kind: Literal["shadow"] = "shadow"
     reflector: Literal["noop", "custom"] | None = None
     """As for ``Ran``."""
-    flushed: bool = True
-    """As for ``Ran``."""
 
 
 class HookRefused(BaseModel):
@@ -427,16 +392,12 @@ class HookRefused(BaseModel):
 
     kind: Literal["hook_refused"] = "hook_refused"
     hook: HookDecision
-    flushed: bool = True
-    """As for ``Ran``."""
 
 
 class HooksPassed(BaseModel):
     """The pre-tool hooks let a hooks-only attempt through (the workflow refuses it then)."""
 
     kind: Literal["hooks_passed"] = "hooks_passed"
-    flushed: bool = True
-    """As for ``Ran``."""
 
 
 class BreakerRefused(BaseModel):
@@ -446,8 +407,6 @@ class BreakerRefused(BaseModel):
     """
 
     kind: Literal["breaker_refused"] = "breaker_refused"
-    flushed: bool = True
-    """As for ``Ran``."""
 
 
 class MemoHit(_Result):
@@ -566,7 +525,14 @@ class ModelSettings(BaseModel):
 
 
 class ModelPhase(BaseModel):
-    """The model call that starts a turn (instead of ready-made calls)."""
+    """The model call that starts a turn (instead of ready-made calls).
+
+    The model is offered the worker's catalog of the turn's advertised tools (the schemas
+    stay out of every turn's history). The model activity reads the session's state with
+    the conversation; the turn appends its tool results to the conversation with its final
+    audit record and returns neither, so an agent run's history carries no tool output and
+    no loop-detector window from turn to turn.
+    """
 
     run_id: str
     """The conversation's id (the agent run)."""
@@ -575,14 +541,6 @@ class ModelPhase(BaseModel):
     new_messages: list[Message]
     """What the model has not seen yet: the first prompt, or the last turn's tool results."""
     settings: ModelSettings = Field(default_factory=ModelSettings)
-    catalog: list[dict[str, Any]] | None = Field(default_factory=list)
-    """The tool catalog advertised to the model (OpenAI format); ``None``: the worker's own
-    catalog of the turn's advertised tools (so the schemas are not in every turn's history)."""
-    state_in_db: bool = False
-    """The turn takes the session's state from the database (the model activity reads it
-    with the conversation), appends its tool results to the conversation with its final
-    audit record, and returns neither: the run's history then carries no tool output and
-    no loop-detector window from turn to turn. ``False`` in runs recorded before."""
     local: bool = False
     """Ask the model in a local activity (``start_agent(local_model=True)``)."""
 
@@ -592,30 +550,23 @@ class ModelTurnRequest(BaseModel):
 
     phase: ModelPhase
     turn_id: str
-    flush: Flush | None = None
     advertised: list[str] | None = None
-    """With a ``None`` catalog: the tools the model may be offered."""
+    """The tools the model is offered (from the worker's catalog); ``None``: all of them."""
     verdicts: bool = False
     """Judge the answer's tool calls for parallel dispatch (the concurrency declarations
-    are host code, so the worker judges them, as the client does for a plain turn)."""
+    are host code, so the worker judges them, as it does for a standalone turn)."""
     session_id: str | None = None
-    """Read this session's saved state and return it (``ModelPhase.state_in_db``)."""
+    """The turn's session: its saved state comes back in the plan (``None``: none read)."""
 
 
 class ModelTurnOutcome(BaseModel):
     """Output of ``tooltrail.model.turn``."""
 
     response: ModelResponse
-    flushed: bool = True
     reused: bool = False
     """The answer was already stored (a retried activity): the model was not asked again."""
-    verdicts: list[CallVerdict] | None = None
-    """One per tool call of the answer, when the request asked for them."""
-    session: SessionState | None = None
-    """The session's saved state, when the request named the session."""
-    plan: TurnPlan | None = None
-    """The worker's plan of the answer's calls (its ``session`` is the session's state);
-    answers stored before it carry ``verdicts`` and ``session`` instead."""
+    plan: TurnPlan = Field(default_factory=TurnPlan)
+    """The worker's plan of the answer's calls (its ``session`` is the session's state)."""
 
 
 class AgentCarry(BaseModel):
@@ -625,7 +576,6 @@ class AgentCarry(BaseModel):
     next_seq: int = 0
     new_messages: list[Message] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
-    session: SessionState = Field(default_factory=SessionState)
     turns: list[str] = Field(default_factory=list)
 
 
@@ -636,13 +586,9 @@ class AgentRunInput(BaseModel):
     messages: list[Message] = Field(default_factory=list)
     """The opening messages (system, user); later segments of the run carry nothing here."""
     settings: ModelSettings = Field(default_factory=ModelSettings)
-    catalog: list[dict[str, Any]] = Field(default_factory=list)
-    """Unused: a run's turns offer the worker's own catalog (older runs carried it here)."""
     advertised: list[str] | None = None
     """The tools the model is offered; ``None``: those the deployment's workers offer."""
     config: RunConfig = Field(default_factory=RunConfig)
-    tools: dict[str, ToolMeta] = Field(default_factory=dict)
-    features: HostFeatures = Field(default_factory=HostFeatures)
     max_turns: int = Field(default=10, ge=1)
     turns_per_segment: int = Field(default=20, ge=1)
     """Continue-as-new after this many turns (or sooner if Temporal suggests it)."""
@@ -664,8 +610,7 @@ class AgentRunOutput(BaseModel):
     stop_reason: str | None = None
     """Why the model stopped in the last turn (``StopReason``): ``end_turn`` for an answer,
     ``refusal`` when it declined (``text`` is then its refusal), ``max_tokens`` for an
-    answer cut short, ``tool_use`` when ``max_turns`` ended the run, ... ``None`` in runs
-    recorded before it was reported."""
+    answer cut short, ``tool_use`` when ``max_turns`` ended the run, ..."""
 
 
 class AgentProgress(BaseModel):

@@ -41,11 +41,7 @@ from tooltrail.wire import (
     ShadowServed,
 )
 from tooltrail.workflows.approvals import Approvals
-from tooltrail.workflows.failures import (
-    handles,
-    infra_failed,
-    raise_if_cancelled,
-)
+from tooltrail.workflows.failures import infra_failed, raise_if_cancelled
 from tooltrail.workflows.recovery import Recovery
 from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
@@ -412,14 +408,13 @@ class CallPipeline:
             timeout = timedelta(seconds=meta.timeout_s) + _TIMEOUT_MARGIN
         else:
             timeout = timedelta(seconds=config.tool_timeout_s)
-        flush = await self._trail.for_activity()
+        await self._trail.checkpoint()  # a batch of the trail first, when one is due
         request = ExecuteAttempt(
             session_id=self._state.record.session_id,
             tool_call_id=call.id,
             tool_name=tool_name,
             arguments=arguments,
             attempt=attempt,
-            flush=flush,
             skip_pre_hooks=skip_pre_hooks,
             hooks_only=hooks_only,
             shadow=inp.shadow is not None,
@@ -454,21 +449,15 @@ class CallPipeline:
                     retry_policy=retry,
                 )
         except (ActivityError, ApplicationError) as failure:
-            if not handles(failure):
-                raise
             # Temporal's infrastructure retries are spent (spec §14): a soft failed attempt.
-            self._trail.settle(flush, written=False)
             return infra_failed(failure, tool_name)
         # What the activity left unsaid (the request says it) comes back first.
         outcome = open_outcome(outcome, request)
         match outcome:
-            case Ran() | ShadowServed():
-                self._trail.settle(flush, written=outcome.flushed)
-            case HookRefused() | HooksPassed() | BreakerRefused():
-                self._trail.settle(flush, written=outcome.flushed)
+            case Ran() | ShadowServed() | HookRefused() | HooksPassed() | BreakerRefused():
+                return outcome
             case MemoHit() | InfraFailed():
                 # Outcomes only the workflow makes: the activity cannot have sent one.
-                self._trail.settle(flush, written=False)
                 return InfraFailed(
                     output=f"the tool activity answered with a {outcome.kind!r} outcome",
                     is_error=True,
@@ -476,4 +465,3 @@ class CallPipeline:
                 )
             case _:
                 assert_never(outcome)
-        return outcome

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 
-from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tooltrail.errors import LoopDetected, ToolRecoveryExhausted, TurnError
@@ -20,26 +19,14 @@ __all__ = [
     "application_error",
     "cancelling",
     "failure_text",
-    "handles",
     "infra_failed",
     "raise_if_cancelled",
     "raise_if_cancelled_activity",
 ]
 
-# A local activity's failure reaches the workflow as the activity's own ApplicationError, not
-# wrapped in an ActivityError as a regular activity's is (its timeouts are wrapped either
-# way). Turns recorded before this was known failed on such an error instead of handling it.
-_PATCH_LOCAL_FAILURES = "local-activity-failures"
-# An activity cut short by the turn's cancellation resolves as a failed activity; where that
-# failure was an answer (the model call failed, the reflector was unavailable, an audit batch
-# was not written), turns recorded before this was handled went on with it instead of ending
-# cancelled.
-_PATCH_CANCELLED_ACTIVITY = "cancelled-activity"
-
-
-def handles(failure: ActivityError | ApplicationError) -> bool:
-    """Whether the turn handles this activity failure (see ``_PATCH_LOCAL_FAILURES``)."""
-    return isinstance(failure, ActivityError) or workflow.patched(_PATCH_LOCAL_FAILURES)
+# An activity's failure reaches the workflow wrapped in an ActivityError; a local activity's
+# is its own ApplicationError (its timeouts are wrapped either way). So wherever an activity's
+# failure is an answer, the turn catches both.
 
 
 def failure_text(failure: ActivityError | ApplicationError) -> str:
@@ -78,9 +65,11 @@ def raise_if_cancelled() -> None:
 def raise_if_cancelled_activity() -> None:
     """Where an activity failed: end the turn cancelled if its cancellation cut it short.
 
-    Otherwise the turn would take the failure for an answer (``_PATCH_CANCELLED_ACTIVITY``).
+    An activity cut short by the turn's cancellation resolves as a failed activity; where
+    that failure is an answer (the model call failed, the reflector was unavailable, an
+    audit batch was not written), the turn would otherwise go on with it.
     """
-    if cancelling() and workflow.patched(_PATCH_CANCELLED_ACTIVITY):
+    if cancelling():
         raise asyncio.CancelledError()
 
 

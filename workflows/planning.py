@@ -23,15 +23,13 @@ from tooltrail.wire import (
     ModelTurnOutcome,
     ModelTurnRequest,
     PrepareTurn,
-    SessionState,
-    TurnInput,
     TurnPlan,
 )
-from tooltrail.workflows.failures import failure_text, handles, raise_if_cancelled_activity
+from tooltrail.workflows.failures import failure_text, raise_if_cancelled_activity
 from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
 
-__all__ = ["Planning", "plan_in_input"]
+__all__ = ["Planning"]
 
 # The plan needs the session's state from the database: wait for it as long as for the
 # final audit write, so a database outage delays a turn's start rather than failing it.
@@ -43,18 +41,6 @@ _PREPARE_RETRY = RetryPolicy(
 )
 # The longest one model call may take, as an activity or a local one.
 _MODEL_TIMEOUT = timedelta(minutes=10)
-
-
-def plan_in_input(inp: TurnInput) -> TurnPlan:
-    """The plan of a turn started before the worker planned turns: its input carried it."""
-    return TurnPlan(
-        tools=inp.tools,
-        features=inp.features,
-        verdicts=inp.verdicts,
-        memo=inp.memo,
-        memo_paths=inp.memo_paths,
-        session=inp.session,
-    )
 
 
 class Planning:
@@ -83,27 +69,24 @@ class Planning:
                 retry_policy=_PREPARE_RETRY,
             )
         except (ActivityError, ApplicationError) as failure:
-            if not handles(failure):
-                raise
             raise_if_cancelled_activity()
             raise TurnFailed(f"the turn could not be prepared: {failure_text(failure)}") from None
         return plan
 
-    async def ask_model(self, phase: ModelPhase, *, planned: bool) -> ModelTurnOutcome:
+    async def ask_model(self, phase: ModelPhase) -> ModelTurnOutcome:
         """Ask the model (one activity, local with ``phase.local``; it keeps the conversation).
 
         The answer comes with the worker's plan of its calls and the session's state, which
         the turn takes up.
         """
         state = self._state
-        flush = await self._trail.for_activity()
+        await self._trail.checkpoint()  # a batch of the trail first, when one is due
         request = ModelTurnRequest(
             phase=phase,
             turn_id=state.record.turn_id,
-            flush=flush,
             verdicts=state.input.config.dispatch == "parallel",
-            advertised=state.input.advertised if phase.catalog is None else None,
-            session_id=state.input.session_id if phase.state_in_db else None,
+            advertised=state.input.advertised,
+            session_id=state.input.session_id,
         )
         try:
             if phase.local:
@@ -126,24 +109,7 @@ class Planning:
                     retry_policy=MODEL_RETRY_POLICY,
                 )
         except (ActivityError, ApplicationError) as failure:
-            if not handles(failure):
-                raise
-            self._trail.settle(flush, written=False)
             raise_if_cancelled_activity()
             raise TurnFailed(f"model call failed: {failure_text(failure)}") from None
-        self._trail.settle(flush, written=outcome.flushed)
-        if planned and outcome.plan is not None:
-            plan = outcome.plan
-            if not phase.state_in_db:
-                plan = plan.model_copy(update={"session": state.input.session})
-        else:
-            # Answers recorded before the plan: the verdicts and the state came on their own.
-            session = outcome.session or SessionState()
-            plan = plan_in_input(state.input).model_copy(
-                update={
-                    "verdicts": outcome.verdicts,
-                    "session": session if phase.state_in_db else state.plan.session,
-                }
-            )
-        state.adopt(plan)
+        state.adopt(outcome.plan)
         return outcome

@@ -44,8 +44,6 @@ class TrailState:
     """Records handed to an activity that has not reported yet (memory entries as -1 - seq)."""
     record_written: TurnRecord | None = None
     """The turn row as it was last written (``None``: never)."""
-    batched: bool = False
-    """Records go in batches by local activity (decided when the run starts, a patch)."""
 
 
 @dataclass
@@ -53,7 +51,7 @@ class TurnState:
     """What one turn knows while it runs."""
 
     input: TurnInput
-    """What the turn was asked (a model phase replaces its calls and verdicts)."""
+    """What the turn was asked (a model phase replaces its calls)."""
     record: TurnRecord
     """The turn's row as it stands now."""
     trail: TrailState

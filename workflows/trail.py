@@ -4,9 +4,7 @@ Every event gets its ``seq`` here, so the audit trail's order is fixed by the hi
 records are written in batches by a local activity (see ``RunConfig.audit_interval_s``), so
 they never enter the history and cost no round trip of their own: during the turn when one
 is due (best effort), and when the turn ends, where the turn's final status and the session
-state go last (that write insists). Turns recorded before the batches (no ``audit-batches``
-patch marker) send their records with the next activity instead, and still replay that way.
-Deterministic code only.
+state go last (that write insists). Deterministic code only.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from tooltrail.wire import (
     RecordTurn,
     TurnStatus,
 )
-from tooltrail.workflows.failures import handles, raise_if_cancelled_activity
+from tooltrail.workflows.failures import raise_if_cancelled_activity
 from tooltrail.workflows.state import TurnState
 
 __all__ = ["Trail", "json_size"]
@@ -40,13 +38,10 @@ _RECORD_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=40,
 )
-# Histories recorded before audit records were written in batches by local activities
-# carry them in every tool activity's input instead (and end with a regular activity).
-_PATCH_AUDIT_BATCHES = "audit-batches"
 _BATCH_EVENTS = 200
 """Pending events that make the next tool call write a batch, however recent the last."""
 _FLUSH_BUDGET = 256 * 1024
-"""Bytes of audit records one activity carries at most (the rest follow with later ones)."""
+"""Bytes of audit records one batch carries at most (the rest follow with the next one)."""
 
 
 def json_size(value: Any) -> int:
@@ -61,10 +56,6 @@ class Trail:
         """Keep the turn's state; the trail's bookkeeping is ``state.trail``."""
         self._state = state
         self._book = state.trail
-
-    def start(self) -> None:
-        """Decide, once per run, how records travel (see ``_PATCH_AUDIT_BATCHES``)."""
-        self._book.batched = workflow.patched(_PATCH_AUDIT_BATCHES)
 
     @property
     def started(self) -> bool:
@@ -100,16 +91,15 @@ class Trail:
         self._book.memory.append(entry)
 
     def _take(self) -> Flush:
-        """Take the pending records, unless another activity is carrying some.
+        """Take the pending records and mark them in flight.
 
-        One flush at a time keeps the writes, and so the observers' deliveries, in ``seq``
-        order even when the calls of a wave run concurrently.
+        One write at a time (``checkpoint`` waits while records are in flight) keeps the
+        writes, and so the observers' deliveries, in ``seq`` order even when the calls of a
+        wave run concurrently.
         """
         book, record = self._book, self._state.record
-        if book.in_flight:
-            return Flush(turn_id=record.turn_id, session_id=record.session_id)
-        # A byte budget keeps every activity input far below Temporal's payload limit; what
-        # does not fit goes with the next activity (always at least one record).
+        # A byte budget keeps every write's input far below Temporal's payload limit; what
+        # does not fit goes with the next write (always at least one record).
         events: list[AuditEvent] = []
         budget = _FLUSH_BUDGET
         for event in book.events:
@@ -129,21 +119,8 @@ class Trail:
         book.in_flight.update(-1 - m.seq for m in flush.memory)
         return flush
 
-    async def for_activity(self) -> Flush | None:
-        """Before an activity: write a batch when one is due, or take the records it carries.
-
-        Turns recorded before the batches (see ``_PATCH_AUDIT_BATCHES``) send their records
-        with the activity; the others get ``None``.
-        """
-        if self._book.batched:
-            await self.checkpoint()
-            return None
-        return self._take()
-
-    def settle(self, flush: Flush | None, *, written: bool = True) -> None:
+    def _settle(self, flush: Flush, *, written: bool = True) -> None:
         """Drop written records; records whose write failed are sent again later."""
-        if flush is None:
-            return  # the activity carried no records
         book = self._book
         events = {event.seq for event in flush.events}
         memory = {entry.seq for entry in flush.memory}
@@ -162,7 +139,7 @@ class Trail:
         and the turn goes on (the final write is the one that insists).
         """
         book = self._book
-        if not book.batched or book.in_flight or not (book.events or book.memory):
+        if book.in_flight or not (book.events or book.memory):
             return
         interval = timedelta(seconds=self._state.input.config.audit_interval_s)
         if not (
@@ -181,14 +158,12 @@ class Trail:
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(maximum_attempts=1),
             )
-        except (ActivityError, ApplicationError) as failure:
-            if not handles(failure):
-                raise
+        except (ActivityError, ApplicationError):
             # Cancelled while writing: a backoff timer or an approval wait must not follow.
             raise_if_cancelled_activity()
             workflow.logger.warning("audit batch not written; it goes with the next one")
         finally:
-            self.settle(flush, written=written)
+            self._settle(flush, written=written)
         book.last_write = workflow.now()
 
     async def finish(self, status: TurnStatus, error: BaseException | None = None) -> None:
@@ -203,20 +178,7 @@ class Trail:
             }
         )
         self._book.in_flight.clear()  # nothing else runs any more: send everything pending
-        if self._book.batched:
-            await self._final_batches()
-            return
-        flush = self._take().model_copy(update={"session": state.final_session()})
-        try:
-            await workflow.execute_activity(
-                AUDIT_RECORD,
-                RecordTurn(flush=flush),
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=_RECORD_RETRY,
-            )
-        finally:
-            self._book.in_flight.clear()
-        self.settle(flush)
+        await self._final_batches()
 
     async def _final_batches(self) -> None:
         """Write everything still pending, the turn's final row and the session state last.
@@ -257,6 +219,6 @@ class Trail:
                 )
             finally:
                 book.in_flight.clear()
-            self.settle(flush)
+            self._settle(flush)
             if last:
                 return

@@ -47,14 +47,12 @@ from tooltrail.workflows.failures import (
     application_error,
     raise_if_cancelled,
 )
-from tooltrail.workflows.planning import Planning, plan_in_input
+from tooltrail.workflows.planning import Planning
 from tooltrail.workflows.state import TrailState, TurnState
 from tooltrail.workflows.trail import Trail, json_size
 
 __all__ = ["TurnWorkflow"]
 
-# Turns recorded before the worker planned them carry the plan's parts in their input.
-_PATCH_PLAN = "turn-plan"
 _EVENT_INPUT_LIMIT = 64 * 1024
 """Bytes of a call's input recorded in its tool_call_received event before it is cut."""
 
@@ -163,24 +161,17 @@ class TurnWorkflow:
         """Dispatch every call; soft errors are results, hard errors fail the workflow."""
         state = self._state
         started = state.record.started_at
-        self._trail.start()
-        planned = workflow.patched(_PATCH_PLAN)
-        state_in_db = inp.model is not None and inp.model.state_in_db
-        if not planned:
-            state.adopt(plan_in_input(inp))
-            if not state_in_db:
-                self._started(started)  # else once the model call has read the session's state
         results: list[ToolDispatchResult] = []
         response: ModelResponse | None = None
         tools_started = started
         try:
-            if inp.model is None and planned:
+            if inp.model is None:
                 # What only the worker knows (the tools, the session's state) comes first.
                 state.adopt(await self._planning.prepare())
                 self._started(started)
-            if inp.model is not None:
+            else:
                 # The model phase: its tool calls are this turn's calls, planned by the worker.
-                response = await self._model_phase(inp.model, started, planned=planned)
+                response = await self._model_phase(inp.model, started)
                 inp = state.input.model_copy(update={"calls": response.message.tool_calls})
                 state.input = inp
                 state.record = state.record.model_copy(update={"call_count": len(inp.calls)})
@@ -208,7 +199,7 @@ class TurnWorkflow:
         usage = response.usage if response is not None else None
         if response is None or inp.calls:
             self._turn_end(tools_started, results, success=True, usage=usage)
-        if state_in_db and inp.model is not None and results:
+        if inp.model is not None and results:
             # The results go to the conversation with the final record, after the answer.
             state.conversation = ConversationAppend(
                 run_id=inp.model.run_id,
@@ -221,15 +212,12 @@ class TurnWorkflow:
         await self._finish_recording()
         return TurnOutput(
             turn_id=state.record.turn_id,
-            # An agent turn with its state in the database returns neither its results nor
-            # the session's state: the next turn reads both, and the run's history stays flat.
-            results=[] if state_in_db else results,
+            # An agent turn returns neither its results nor the session's state: the next
+            # turn reads both from the database, and the run's history stays flat.
+            results=[] if inp.model is not None else results,
             assistant=response.message if response is not None else None,
             usage=usage,
             stop_reason=response.stop_reason if response is not None else None,
-            # Only an agent run carries the state to its next turn; a plain turn's next one
-            # loads what the final record saved (and the history need not hold it twice).
-            session=state.final_session() if inp.model is not None and not state_in_db else None,
         )
 
     def _started(self, at: datetime) -> None:
@@ -297,13 +285,10 @@ class TurnWorkflow:
             payload.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
         self._trail.emit("turn_end", payload)
 
-    async def _model_phase(
-        self, phase: ModelPhase, started: datetime, *, planned: bool
-    ) -> ModelResponse:
+    async def _model_phase(self, phase: ModelPhase, started: datetime) -> ModelResponse:
         """Ask the model for the turn's calls; the worker plans them with its answer."""
-        outcome = await self._planning.ask_model(phase, planned=planned)
-        if phase.state_in_db:
-            self._started(started)  # the turn's first event, now that the detector is known
+        outcome = await self._planning.ask_model(phase)
+        self._started(started)  # the turn's first event, now that the detector is known
         response = outcome.response
         self._trail.emit(
             "model_response",
