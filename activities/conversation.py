@@ -21,13 +21,14 @@ Two decisions about an answer are made here, so the workflows need not know prov
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from tooltrail.activities.planning import TurnPlanner
 from tooltrail.activities.tool_execution import Recorder, heartbeating
 from tooltrail.db.store import (
     append_messages,
@@ -42,11 +43,10 @@ from tooltrail.llm.messages import (
     ModelRequest,
     ModelResponse,
 )
-from tooltrail.planner import CallVerdict
-from tooltrail.results import Part, ToolCall
+from tooltrail.results import Part
 from tooltrail.telemetry import chat_span
 from tooltrail.text import render_text
-from tooltrail.wire import MODEL_TURN, ModelTurnOutcome, ModelTurnRequest
+from tooltrail.wire import MODEL_TURN, ModelTurnOutcome, ModelTurnRequest, SessionState, TurnPlan
 
 __all__ = ["ConversationActivities"]
 
@@ -60,7 +60,7 @@ class ConversationActivities:
         self,
         client: ModelClient,
         recorder: Recorder,
-        verdicts: Callable[[Sequence[ToolCall]], list[CallVerdict]] | None = None,
+        planner: TurnPlanner | None = None,
         catalog: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
         """Wire the model client and the audit recorder (whose database holds conversations).
@@ -68,21 +68,25 @@ class ConversationActivities:
         Args:
             client: the model client.
             recorder: the audit recorder (its database holds the conversations).
-            verdicts: judges tool calls for parallel dispatch (``Host.verdicts``).
-            catalog: the worker's tool catalog (OpenAI format), for turns that send none.
-                Built once, at the first model turn: the worker's registry is frozen by
-                then (``build_worker``), and a schema costs a millisecond to generate.
+            planner: plans the answer's tool calls (the worker's tools, verdicts).
+            catalog: the worker's tool catalog (OpenAI format); the model is offered the
+                turn's advertised tools of it. Built once, at the first model turn: the
+                worker's registry is frozen by then (``build_worker``), and a schema costs a
+                millisecond to generate.
         """
         self.client = client
         self.recorder = recorder
-        self.verdicts = verdicts
+        self.planner = planner
         self._built_catalog: list[dict[str, Any]] | None = None
         self.catalog = catalog
 
     @activity.defn(name=MODEL_TURN)
     async def model_turn(self, inp: ModelTurnRequest) -> ModelTurnOutcome:
-        """Store the new messages, ask the model (unless already answered), store the answer."""
-        flushed = await self.recorder.write(inp.flush)
+        """Store the new messages, ask the model (unless already answered), store the answer.
+
+        The answer comes with the worker's plan of its tool calls, and the session's saved
+        state (read with the conversation) in the plan.
+        """
         phase = inp.phase
         answer_seq = phase.start_seq + len(phase.new_messages)
         async with self.recorder.store.sessions.begin() as session:
@@ -99,10 +103,8 @@ class ConversationActivities:
         if previous is not None:
             return ModelTurnOutcome(
                 response=_for_history(previous),
-                flushed=flushed,
                 reused=True,
-                verdicts=self._verdicts(inp, previous),
-                session=state,
+                plan=self._plan(inp, previous, state),
             )
         messages = [message for seq, message, _ in stored if seq < answer_seq]
         refs = [m.content_ref for m in messages if m.content_ref]
@@ -146,15 +148,10 @@ class ConversationActivities:
         async with self.recorder.store.sessions.begin() as session:
             await store_answer(session, run_id=phase.run_id, seq=answer_seq, response=response)
         return ModelTurnOutcome(
-            response=_for_history(response),
-            flushed=flushed,
-            verdicts=self._verdicts(inp, response),
-            session=state,
+            response=_for_history(response), plan=self._plan(inp, response, state)
         )
 
     def _catalog(self, inp: ModelTurnRequest) -> list[dict[str, Any]]:
-        if inp.phase.catalog is not None:
-            return inp.phase.catalog
         if self.catalog is None:
             return []
         if self._built_catalog is None:
@@ -166,10 +163,21 @@ class ConversationActivities:
             if wanted is None or spec.get("function", {}).get("name") in wanted
         ]
 
-    def _verdicts(self, inp: ModelTurnRequest, response: ModelResponse) -> list[CallVerdict] | None:
-        if not inp.verdicts or self.verdicts is None or not response.message.tool_calls:
-            return None
-        return self.verdicts(response.message.tool_calls)
+    def _plan(
+        self, inp: ModelTurnRequest, response: ModelResponse, state: SessionState | None
+    ) -> TurnPlan:
+        # Agent turns do not memoize (they never did): their plans carry no memo plan.
+        calls = response.message.tool_calls
+        plan = (
+            TurnPlan()
+            if self.planner is None
+            else self.planner.plan(
+                calls, advertised=inp.advertised, parallel=inp.verdicts and bool(calls), memo=False
+            )
+        )
+        if state is not None:
+            plan.session = state
+        return plan
 
 
 def _refuse_truncated(response: ModelResponse, request: ModelRequest) -> None:

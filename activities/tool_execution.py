@@ -3,12 +3,8 @@
 A tool's failure is a *result*, never raised out of the activity, so Temporal never retries
 it; only the workflow's recovery loop runs a call again. Anything this activity raises is an
 infrastructure failure (an unreachable database, a lost worker), which Temporal retries as
-the same attempt.
-
-Turns recorded before audit batches (see ``workflows.turn``) send the records the workflow
-produced since its last write in the input; they are written while the attempt runs, so the
-write adds no latency of its own. If the database is down the tool still runs; the outcome
-says ``flushed=False`` and the workflow sends the records again later.
+the same attempt. (The turn's audit records travel apart, in batches: ``Recorder`` writes
+them for the ``tooltrail.audit.record`` local activity.)
 """
 
 from __future__ import annotations
@@ -20,7 +16,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 from pydantic_core import to_jsonable_python
 from temporalio import activity
@@ -29,6 +25,7 @@ from tooltrail.breaker import CircuitBreaker
 from tooltrail.db.health import HealthStore
 from tooltrail.db.store import AuditStore
 from tooltrail.dispatcher import ToolDispatcher
+from tooltrail.envelopes import seal_outcome
 from tooltrail.hooks import PostToolUseContext, PreToolUseContext, run_post_hooks, run_pre_hooks
 from tooltrail.logs import call_context
 from tooltrail.middleware import (
@@ -43,15 +40,28 @@ from tooltrail.observers import deliver
 from tooltrail.replays import NOT_RECORDED
 from tooltrail.scratch import ScratchDirs
 from tooltrail.telemetry import record_breaker_state, record_call, record_retry, tool_span
-from tooltrail.text import MEMORY_FIELD_LIMIT, not_found, render_text, stable_hash
+from tooltrail.text import BREAKER_OPEN, MEMORY_FIELD_LIMIT, not_found, render_text, stable_hash
 from tooltrail.tools import ArgumentsRejected, ToolContext, ToolRegistry
-from tooltrail.wire import TOOL_EXECUTE, AttemptOutcome, ExecuteAttempt, Flush, pack_dispatch
+from tooltrail.wire import (
+    TOOL_EXECUTE,
+    AttemptOutcome,
+    BreakerRefused,
+    ExecuteAttempt,
+    Flush,
+    HookRefused,
+    HooksPassed,
+    Ran,
+    ShadowServed,
+)
 
 __all__ = ["BODY_STARTED", "Recorder", "ToolActivities", "heartbeating", "interrupted_text"]
 
 log = logging.getLogger("tooltrail.tool")
 
-BREAKER_OPEN_TEXT = "tool temporarily unavailable: circuit breaker open"
+_Answer = Ran | ShadowServed | HookRefused | HooksPassed | BreakerRefused
+"""The kinds of ``AttemptOutcome`` this activity answers with (the others are the workflow's)."""
+
+BREAKER_OPEN_TEXT = BREAKER_OPEN
 """The soft result of a call refused by an open circuit breaker (spec §11.3)."""
 
 
@@ -204,7 +214,7 @@ class ToolActivities:
 
     @activity.defn(name=TOOL_EXECUTE)
     async def execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
-        """Write pending audit records, then run one attempt: pre hooks, body, post hooks."""
+        """Run one attempt: pre hooks, breaker gate, body, post hooks (a failure is a result)."""
         if not inp.turn_id:
             # The workflow leaves its own id out (every byte of the input is history).
             inp.turn_id = activity.info().workflow_id or ""
@@ -221,46 +231,31 @@ class ToolActivities:
                 enabled=not (inp.hooks_only or inp.shadow),
             ) as span,
         ):
-            outcome = await self._execute(inp)
-            span.finish(
-                is_error=outcome.is_error,
-                resolved_tool_name=outcome.resolved_tool_name,
-                refused_by="breaker"
-                if outcome.breaker_refused
-                else ("hook" if outcome.hook is not None else None),
-            )
+            outcome = await self._run(inp)
+            match outcome:
+                case Ran() | ShadowServed():
+                    span.finish(
+                        is_error=outcome.is_error, resolved_tool_name=outcome.resolved_tool_name
+                    )
+                case HookRefused():
+                    span.finish(is_error=True, refused_by="hook")
+                case BreakerRefused():
+                    span.finish(is_error=True, refused_by="breaker")
+                case HooksPassed():
+                    span.finish(is_error=False)
+                case _:
+                    assert_never(outcome)
         if not (inp.hooks_only or inp.shadow):
             if inp.attempt > 0:
                 record_retry(inp.tool_name)
-            record_call(outcome.resolved_tool_name, outcome.is_error, outcome.duration_ms)
-        # What the workflow knows goes back unsaid: the requested tool's name, and the
-        # reflector of a success (only failures consult it).
-        if outcome.resolved_tool_name == inp.tool_name:
-            outcome.resolved_tool_name = ""
-        if not outcome.is_error:
-            outcome.reflector = None
-        return outcome
+            if isinstance(outcome, Ran):
+                record_call(outcome.resolved_tool_name, outcome.is_error, outcome.duration_ms)
+            else:  # refused by a hook or the breaker: a soft failure that took no time
+                record_call(inp.tool_name, True, 0.0)
+        # What the workflow knows goes back unsaid (the workflow's open_outcome restores it).
+        return seal_outcome(outcome, inp)
 
-    async def _execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
-        if inp.flush is None:
-            # Turns with audit batches send no records here (the common case).
-            return await self._run(inp)
-        # The pending records are written while the attempt runs, not before it: the write
-        # is off the call's critical path. Observers still get them in seq order (one flush
-        # is in flight per turn), and the outcome reports only once the write has ended.
-        writing = asyncio.create_task(self.recorder.write(inp.flush))
-        try:
-            outcome = await self._run(inp)
-        except BaseException:
-            # An infrastructure failure (or a cancellation): Temporal runs the attempt again
-            # or the workflow sends the records again; let the write end cleanly first.
-            with contextlib.suppress(Exception):
-                await asyncio.shield(writing)
-            raise
-        outcome.flushed = await writing
-        return outcome
-
-    async def _run(self, inp: ExecuteAttempt) -> AttemptOutcome:
+    async def _run(self, inp: ExecuteAttempt) -> _Answer:
         if self.hooks and not inp.skip_pre_hooks:
             decision = await run_pre_hooks(
                 self.hooks,
@@ -275,37 +270,17 @@ class ToolActivities:
             )
             if decision is not None:
                 # Blocked (or waiting for a human): the tool never runs, no post hooks.
-                return AttemptOutcome(
-                    output=decision.text,
-                    is_error=True,
-                    duration_ms=0.0,
-                    resolved_tool_name=inp.tool_name,
-                    reflector=self.reflector,
-                    hook=decision,
-                )
+                return HookRefused(hook=decision)
         if inp.hooks_only:
             # The hooks let the attempt through; the workflow refuses it (a loop stop).
-            return AttemptOutcome(
-                output="",
-                is_error=False,
-                duration_ms=0.0,
-                resolved_tool_name=inp.tool_name,
-                reflector=self.reflector,
-            )
+            return HooksPassed()
         if inp.shadow:
             # A shadow replay changes nothing shared: no breaker gate or health record, no
             # tool body, no post hooks (user code with side effects); the result comes from
             # the original turn's audit trail, screened by today's access gate and guardrails.
             return await self._shadow_attempt(inp)
         if self.health is not None and not await self._gate(*self.health, inp.tool_name):
-            return AttemptOutcome(
-                output=BREAKER_OPEN_TEXT,
-                is_error=True,
-                duration_ms=0.0,
-                resolved_tool_name=inp.tool_name,
-                reflector=self.reflector,
-                breaker_refused=True,
-            )
+            return BreakerRefused()
         outcome = await self._attempt(inp)
         if self.health is not None:
             await self._record_health(*self.health, outcome)
@@ -326,9 +301,9 @@ class ToolActivities:
             )
         return outcome
 
-    async def _shadow_attempt(self, inp: ExecuteAttempt) -> AttemptOutcome:
-        def soft(text: str) -> AttemptOutcome:
-            return AttemptOutcome(
+    async def _shadow_attempt(self, inp: ExecuteAttempt) -> ShadowServed:
+        def soft(text: str) -> ShadowServed:
+            return ShadowServed(
                 output=text,
                 is_error=True,
                 duration_ms=0.0,
@@ -352,7 +327,7 @@ class ToolActivities:
             # The original attempt never ran its body (refused, or never reached): what the
             # tool would answer now is unknown, and the report says so (replays.compare).
             return soft(NOT_RECORDED)
-        return AttemptOutcome(
+        return ShadowServed(
             output=recorded.output,
             is_error=recorded.is_error,
             duration_ms=recorded.duration_ms,
@@ -380,14 +355,8 @@ class ToolActivities:
             "output_preview": text[: MEMORY_FIELD_LIMIT + 1],
         }
 
-    async def _dispatch_record(
-        self, record: Any, inp: ExecuteAttempt, output: Any
-    ) -> dict[str, Any] | None:
-        """The dispatch record for the audit trail; a large raw value goes to the database.
-
-        What the workflow already knows (the arguments it sent, the output, the defaults) is
-        left out (``pack_dispatch``; it puts it back), so the history holds it once.
-        """
+    async def _dispatch_record(self, record: Any, inp: ExecuteAttempt) -> dict[str, Any] | None:
+        """The dispatch record for the audit trail; a large raw value goes to the database."""
         if record is None:
             return None
         limit = inp.large_output_bytes
@@ -398,14 +367,7 @@ class ToolActivities:
             await self.recorder.store.put_blob(key, data["value"], len(encoded))
             data["value"] = None
             data["value_ref"] = key
-        return pack_dispatch(
-            data,
-            call_id=inp.tool_call_id,
-            attempt=inp.attempt,
-            tool_name=inp.tool_name,
-            arguments=inp.arguments,
-            output=output,
-        )
+        return data
 
     @staticmethod
     async def _gate(health: HealthStore, breaker: CircuitBreaker, tool_name: str) -> bool:
@@ -421,9 +383,7 @@ class ToolActivities:
             return True
 
     @staticmethod
-    async def _record_health(
-        health: HealthStore, breaker: CircuitBreaker, outcome: AttemptOutcome
-    ) -> None:
+    async def _record_health(health: HealthStore, breaker: CircuitBreaker, outcome: Ran) -> None:
         """Step 6d: record the attempt's outcome under the tool that actually ran."""
         try:
             state = await health.record(
@@ -438,7 +398,7 @@ class ToolActivities:
                 "health record for %r failed; dropped", outcome.resolved_tool_name, exc_info=True
             )
 
-    async def _attempt(self, inp: ExecuteAttempt) -> AttemptOutcome:
+    async def _attempt(self, inp: ExecuteAttempt) -> Ran:
         """Run the middleware pipeline around the registry core, heartbeating throughout."""
         tool = self.registry.lookup(inp.tool_name)
         info = activity.info()
@@ -449,7 +409,7 @@ class ToolActivities:
             and BODY_STARTED in (info.heartbeat_details or ())
         ):
             # The worker was lost while the body ran: say so instead of running it again.
-            return AttemptOutcome(
+            return Ran(
                 output=interrupted_text(tool.name),
                 is_error=True,
                 duration_ms=0.0,
@@ -475,7 +435,7 @@ class ToolActivities:
         async with heartbeating(BODY_STARTED, at_once=at_once):
             result = await run_pipeline(self.middleware, self.core, call)
         claimed = await self._claim_check(result.output, inp.large_output_bytes)
-        return AttemptOutcome(
+        return Ran(
             **claimed,
             started_at=started_at,
             finished_at=datetime.now(UTC),
@@ -485,5 +445,5 @@ class ToolActivities:
             resolved_tool_name=result.resolved_tool_name or inp.tool_name,
             display_hint=result.display_hint,
             reflector=self.reflector,
-            dispatch=await self._dispatch_record(result.dispatch, inp, claimed["output"]),
+            dispatch=await self._dispatch_record(result.dispatch, inp),
         )

@@ -77,7 +77,14 @@ def flushes(batch: int, count: int) -> list[Flush]:
             )
             seq = 0
         assert turn is not None
-        out.append(Flush(turn=turn, events=[event(seq + i, now) for i in range(batch)]))
+        out.append(
+            Flush(
+                turn_id=turn.turn_id,
+                session_id=turn.session_id,
+                turn=turn,
+                events=[event(seq + i, now) for i in range(batch)],
+            )
+        )
         seq += batch
     return out
 

@@ -16,7 +16,6 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
@@ -32,6 +31,7 @@ from tooltrail.codec import (
     data_converter,
     generate_key,
 )
+from tooltrail.converter import wire_data_converter
 from tooltrail.db.store import AuditStore
 from tooltrail.scratch import ScratchDirs
 from tooltrail.wire import TurnOutput
@@ -274,14 +274,14 @@ def test_constructor_validates_keys(keys: dict[str, bytes], active: str, expecte
 # -- the data converter ------------------------------------------------------------------------
 
 
-def test_data_converter_is_the_pydantic_converter_with_the_codec() -> None:
+def test_data_converter_is_tooltrails_converter_with_the_codec() -> None:
     codec = AesGcmCodec({"k1": K1}, "k1")
     converter = data_converter(codec)
     assert converter.payload_codec is codec
-    assert converter.payload_converter_class is pydantic_data_converter.payload_converter_class
-    assert converter.failure_converter_class is pydantic_data_converter.failure_converter_class
-    assert pydantic_data_converter.payload_codec is None  # the shared converter is untouched
-    assert data_converter(None) is pydantic_data_converter
+    assert converter.payload_converter_class is wire_data_converter.payload_converter_class
+    assert converter.failure_converter_class is wire_data_converter.failure_converter_class
+    assert wire_data_converter.payload_codec is None  # the shared converter is untouched
+    assert data_converter(None) is wire_data_converter
 
 
 async def test_data_converter_encrypts_pydantic_values_end_to_end() -> None:

@@ -25,6 +25,8 @@ def flush(turn_id: str, seqs: range, *, status: str = "running", memory: bool = 
     if status != "running":
         turn.ended_at = T0 + timedelta(seconds=1)
     return Flush(
+        turn_id=turn_id,
+        session_id="s",
         turn=turn,
         events=[
             AuditEvent(

@@ -30,10 +30,18 @@ from tooltrail.worker import PURE_MODULES
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW_MODULES = (
     "tooltrail.workflows.agent",
+    "tooltrail.workflows.approvals",
+    "tooltrail.workflows.attempt",
     "tooltrail.workflows.catalog",
+    "tooltrail.workflows.failures",
+    "tooltrail.workflows.planning",
+    "tooltrail.workflows.recovery",
     "tooltrail.workflows.session",
+    "tooltrail.workflows.state",
+    "tooltrail.workflows.trail",
     "tooltrail.workflows.turn",
 )
+MAX_WORKFLOW_MODULE_LINES = 500
 # Third-party packages that mean I/O (or its configuration) and have no place in workflow code.
 IMPURE = (
     "sqlalchemy",
@@ -155,6 +163,20 @@ def test_the_workflow_layer_imports_only_pure_modules() -> None:
     # Exactly the pure list: a module the workflows stop importing leaves it too, and a new
     # import must be judged pure before the sandbox shares it.
     assert ours - layer == set(PURE_MODULES)
+
+
+def test_the_workflow_layer_is_every_workflow_module_and_none_is_long() -> None:
+    # Each part of a workflow in a module of its own, small enough to read in one go.
+    found = {
+        f"tooltrail.workflows.{path.stem}"
+        for path in (ROOT / "workflows").glob("*.py")
+        if path.stem != "__init__"
+    }
+    assert found == set(WORKFLOW_MODULES)
+    lengths = {
+        path.name: len(path.read_text().splitlines()) for path in (ROOT / "workflows").glob("*.py")
+    }
+    assert {name: n for name, n in lengths.items() if n > MAX_WORKFLOW_MODULE_LINES} == {}
 
 
 def test_the_pure_modules_load_nothing_impure() -> None:

@@ -12,7 +12,7 @@ from temporalio.client import WorkflowHistory
 from tests.conftest import StackFactory
 from tests.faults.history import local_activities
 from tooltrail import Host, NoRetry, RunConfig, ToolCall, ToolDefinitionError, ToolError, tool
-from tooltrail.wire import AUDIT_RECORD, TOOL_EXECUTE
+from tooltrail.wire import AUDIT_RECORD, TOOL_EXECUTE, TURN_PREPARE
 
 runs: Counter[str] = Counter()
 
@@ -69,7 +69,8 @@ async def test_local_tool_runs_without_a_scheduled_activity(stack: StackFactory)
     assert [(r.output, r.is_error) for r in turn.results] == [("ABC", False), ("x", False)]
     # The local call never went through the server's task queue; the regular one did.
     assert scheduled(history) == [TOOL_EXECUTE]
-    assert local_markers(history) == [TOOL_EXECUTE, AUDIT_RECORD]
+    # (The turn's plan comes first, from the worker: a local activity too.)
+    assert local_markers(history) == [TURN_PREPARE, TOOL_EXECUTE, AUDIT_RECORD]
     # Its input (and the audit records riding with it) stay out of the history until the
     # regular call's activity carries the records on.
     before_remote = history.events[

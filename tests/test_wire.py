@@ -1,4 +1,9 @@
-"""The wire envelopes: compact on the way out, whole on the way in."""
+"""The wire envelopes: compact in the history, whole everywhere else.
+
+What an envelope leaves unsaid is the data converter's business (``tooltrail.envelopes``,
+``tooltrail.converter``): on the wire its defaults are left out, in ``model_dump()`` every
+field is said.
+"""
 
 from __future__ import annotations
 
@@ -7,28 +12,40 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from temporalio.contrib.pydantic import pydantic_data_converter
+from pydantic import BaseModel
 
+from tooltrail.config import LARGE_OUTPUT_BYTES
+from tooltrail.converter import wire_data_converter
 from tooltrail.dispatcher import DispatchRecord
+from tooltrail.envelopes import (
+    DISPATCH_FIELDS,
+    ENVELOPES,
+    left_out,
+    open_outcome,
+    pack_dispatch,
+    seal_outcome,
+    unpack_dispatch,
+)
+from tooltrail.hooks import HookDecision
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.wire import (
-    DISPATCH_FIELDS,
     AttemptOutcome,
+    BreakerRefused,
     ExecuteAttempt,
-    Flush,
+    HookRefused,
+    HooksPassed,
+    Ran,
+    ShadowServed,
     TurnInput,
     TurnOutput,
-    TurnRecord,
-    pack_dispatch,
-    unpack_dispatch,
 )
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
-def through_temporal(value: Any, type_hint: type) -> tuple[bytes, Any]:
+def through_temporal(value: Any, type_hint: Any) -> tuple[bytes, Any]:
     """Encode as the worker does; return the bytes and the decoded value."""
-    converter = pydantic_data_converter.payload_converter
+    converter = wire_data_converter.payload_converter
     (payload,) = converter.to_payloads([value])
     (decoded,) = converter.from_payloads([payload], [type_hint])
     return payload.data, decoded
@@ -89,38 +106,46 @@ def test_packing_leaves_only_what_the_workflow_cannot_know() -> None:
 def test_extra_keys_and_whole_records_pass_through() -> None:
     full = {**record(value=None), "value_ref": "abc"}
     assert unpack_dispatch(pack_dispatch(full, **CONTEXT), **CONTEXT) == full
-    # A record from an older worker (a recorded history) carries everything: kept as is.
+    # A whole record (nothing implied left out) comes back as it is.
     assert unpack_dispatch(full, **CONTEXT) == full
 
 
 def test_outcomes_leave_their_defaults_out_and_get_them_back() -> None:
-    outcome = AttemptOutcome(output="hi", is_error=True, duration_ms=1.5, resolved_tool_name="e")
+    outcome = Ran(output="hi", is_error=True, duration_ms=1.5, resolved_tool_name="e")
     data, decoded = through_temporal(outcome, AttemptOutcome)
     assert data == b'{"output":"hi","is_error":true,"duration_ms":1.5,"resolved_tool_name":"e"}'
     assert decoded == outcome
     # A value equal to its default is left out whether it was set or not.
-    flagged = outcome.model_copy(update={"breaker_refused": True, "post_hook_errors": ["x"]})
+    flagged = outcome.model_copy(update={"post_hook_errors": ["x"], "display_hint": None})
     data, decoded = through_temporal(flagged, AttemptOutcome)
-    assert b'"breaker_refused":true' in data
+    assert b'"post_hook_errors":["x"]' in data
+    assert b"display_hint" not in data
     assert decoded == flagged
 
 
-def test_a_flush_without_a_turn_row_keeps_its_ids() -> None:
-    turn = TurnRecord(turn_id="t1", session_id="s1", started_at=NOW, call_count=1)
-    _, old_style = through_temporal({"turn": turn.model_dump(mode="json")}, Flush)
-    assert (old_style.turn_id, old_style.session_id) == ("t1", "s1")
-    request = ExecuteAttempt(
-        turn_id="t1",
-        session_id="s1",
-        tool_call_id="c1",
-        tool_name="echo",
-        arguments={},
-        attempt=0,
-        flush=Flush(turn_id="t1", session_id="s1"),
-    )
-    data, decoded = through_temporal(request, ExecuteAttempt)
-    assert b'"flush":{"turn_id":"t1","session_id":"s1"}' in data
-    assert decoded == request
+@pytest.mark.parametrize(
+    ("outcome", "wire"),
+    [
+        (Ran(output="hi"), b'{"output":"hi"}'),
+        (
+            ShadowServed(output="x", is_error=True, reflector="noop"),
+            b'{"output":"x","is_error":true,"kind":"shadow","reflector":"noop"}',
+        ),
+        (
+            HookRefused(hook=HookDecision(decision="block", text="no", hook="H#0")),
+            b'{"kind":"hook_refused","hook":{"decision":"block","text":"no","hook":"H#0"}}',
+        ),
+        (HooksPassed(), b'{"kind":"hooks_passed"}'),
+        (BreakerRefused(), b'{"kind":"breaker_refused"}'),
+    ],
+)
+def test_each_outcome_says_its_kind_except_the_common_one(
+    outcome: AttemptOutcome, wire: bytes
+) -> None:
+    data, decoded = through_temporal(outcome, AttemptOutcome)
+    assert data == wire
+    assert type(decoded) is type(outcome)
+    assert decoded == outcome
 
 
 def test_turn_results_leave_unset_optionals_out() -> None:
@@ -155,27 +180,64 @@ DISPATCHED = record(
 )
 
 
-def ran(**changes: Any) -> AttemptOutcome:
-    """An attempt's outcome as the tool activity returns it, with a dispatch record."""
-    base = AttemptOutcome(
+REQUEST = ExecuteAttempt(
+    session_id="s1", tool_call_id="c1", tool_name="echo", arguments={"text": "hi"}
+)
+
+
+def ran(**changes: Any) -> Ran:
+    """An attempt's outcome as the tool activity makes it, with a dispatch record."""
+    base = Ran(
         output="hi",
         duration_ms=0.427,
+        resolved_tool_name="echo",
+        reflector="noop",
         started_at=STARTED,
         finished_at=STARTED + timedelta(microseconds=704),
-        dispatch=pack_dispatch(DISPATCHED, **CONTEXT),
+        dispatch=DISPATCHED,
     )
     return base.model_copy(update=changes)
 
 
+def round_trip(outcome: Ran) -> tuple[bytes, AttemptOutcome]:
+    """Through the activity's seal, the converter and the workflow's open."""
+    data, decoded = through_temporal(seal_outcome(outcome, REQUEST), AttemptOutcome)
+    return data, open_outcome(decoded, REQUEST)
+
+
 def test_an_outcomes_times_travel_as_microseconds_and_come_back_exact() -> None:
     outcome = ran()
-    data, decoded = through_temporal(outcome, AttemptOutcome)
+    data, decoded = round_trip(outcome)
+    # Left unsaid: the requested tool's name, a success's reflector, the implied dispatch.
     assert data == b'{"output":"hi","dispatch":{},"t":[1795953600123456,704,427,159,1000000]}'
+    assert decoded == outcome.model_copy(update={"reflector": None})
+    assert isinstance(decoded, Ran)
+    assert decoded.dispatch == DISPATCHED
+    assert list(decoded.dispatch or {}) == list(DISPATCHED)
+    assert (decoded.dispatch or {})["started_at"] == "2026-11-29T12:00:00.123615Z"
+
+
+def test_a_failures_reflector_and_another_tool_are_said() -> None:
+    outcome = ran(is_error=True, resolved_tool_name="other", dispatch=None)
+    data, decoded = round_trip(outcome)
+    assert b'"reflector":"noop"' in data
+    assert b'"resolved_tool_name":"other"' in data
     assert decoded == outcome
-    full = unpack_dispatch(decoded.dispatch or {}, **CONTEXT)
-    assert full == DISPATCHED
-    assert list(full) == list(DISPATCHED)
-    assert full["started_at"] == "2026-11-29T12:00:00.123615Z"
+
+
+def test_model_dump_says_every_field() -> None:
+    # The compaction lives in the converter only: dumps (audit payloads, logs) say it all.
+    outcome = Ran(output="hi")
+    assert set(outcome.model_dump()) == set(Ran.model_fields)
+    assert outcome.model_dump()["kind"] == "ran"
+    request = ExecuteAttempt(session_id="s", tool_call_id="c", tool_name="t", arguments={})
+    assert request.model_dump()["large_output_bytes"] == LARGE_OUTPUT_BYTES
+    result = ToolDispatchResult(
+        tool_call_id="a", output="x", is_error=False, duration_ms=1, resolved_tool_name="e"
+    )
+    assert (
+        TurnOutput(turn_id="t", results=[result]).model_dump()["results"][0]["output_ref"] is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -190,31 +252,25 @@ def test_an_outcomes_times_travel_as_microseconds_and_come_back_exact() -> None:
     ],
 )
 def test_times_that_do_not_pack_exactly_travel_as_they_are(changes: dict[str, Any]) -> None:
-    outcome = ran(**changes)
-    _, decoded = through_temporal(outcome, AttemptOutcome)
+    outcome = ran(is_error=True, **changes)
+    _, decoded = round_trip(outcome)
+    if isinstance(outcome.dispatch, dict) and isinstance(decoded, Ran):
+        # The request's implied fields join a partial record; what it said comes back as is.
+        assert {k: v for k, v in (decoded.dispatch or {}).items() if k in outcome.dispatch} == (
+            outcome.dispatch
+        )
+        decoded = decoded.model_copy(update={"dispatch": outcome.dispatch})
     assert decoded == outcome
 
 
-def test_outcomes_of_older_workers_still_decode() -> None:
-    # As recorded in tests/histories/ before the times were packed.
-    old = (
-        b'{"output":"c1","is_error":false,"duration_ms":0.427,"resolved_tool_name":"nothing",'
-        b'"reflector":"noop","started_at":"2026-11-30T00:36:57.354473Z",'
-        b'"finished_at":"2026-11-30T00:36:57.355177Z","dispatch":{"status":"ok",'
-        b'"started_at":"2026-11-30T00:36:57.354632Z","finished_at":"2026-11-30T00:36:57.354936Z"}}'
+def test_an_outcome_without_a_tag_is_a_ran_attempt() -> None:
+    # Only the common kind leaves its tag unsaid; every other kind says it (see above).
+    _, decoded = through_temporal(
+        {"output": "x", "is_error": True, "resolved_tool_name": "e", "reflector": "custom"},
+        AttemptOutcome,
     )
-    decoded = AttemptOutcome.model_validate_json(old)
-    assert decoded.resolved_tool_name == "nothing"
-    assert decoded.reflector == "noop"
-    assert decoded.started_at == datetime(2026, 11, 30, 0, 36, 57, 354473, tzinfo=UTC)
-    full = unpack_dispatch(decoded.dispatch or {}, **CONTEXT)
-    assert full["status"] == "ok"
-    assert full["started_at"] == "2026-11-30T00:36:57.354632Z"
-    # A failure from an older worker with a custom reflector said nothing of it: still custom.
-    failed = AttemptOutcome.model_validate_json(
-        b'{"output":"x","is_error":true,"duration_ms":1.0,"resolved_tool_name":"e"}'
-    )
-    assert failed.reflector is None
+    assert isinstance(decoded, Ran)
+    assert (decoded.output, decoded.is_error, decoded.reflector) == ("x", True, "custom")
 
 
 def test_the_attempt_request_leaves_its_turn_and_first_attempt_unsaid() -> None:
@@ -232,13 +288,114 @@ def test_the_attempt_request_leaves_its_turn_and_first_attempt_unsaid() -> None:
 def test_a_turn_input_leaves_what_it_does_not_use_out() -> None:
     turn = TurnInput(session_id="s1", calls=[ToolCall("c1", "e", {})], advertised=["e"])
     data, decoded = through_temporal(turn, TurnInput)
-    assert set(json.loads(data)) == {
-        "session_id",
-        "calls",
-        "advertised",
-        "config",
-        "features",
-        "session",
-    }
+    # What the worker decides (the tools, the verdicts, the session's state) is not in it.
+    assert set(json.loads(data)) == {"session_id", "calls", "advertised", "config"}
     assert b'"config":{' in data  # nested settings travel whole, defaults and all
     assert decoded == turn
+
+
+# -- the envelopes' defaults: part of the wire format ----------------------------------------
+
+# Each envelope and the fields it leaves out when they hold these values. A recorded history
+# decodes a left-out field to today's default: changing one of these changes what every
+# recorded history says (and how it replays), so it needs a new field instead.
+PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
+    "TurnInput": {
+        "advertised": None,
+        "ends_run": False,
+        "rerun_of": None,
+        "shadow": None,
+        "model": None,
+    },
+    "TurnPlan": {
+        "advertised": None,
+        "tools": {},
+        "verdicts": None,
+        "memo": None,
+        "memo_paths": {},
+    },
+    "TurnOutput": {"assistant": None, "usage": None, "stop_reason": None},
+    "ToolDispatchResult": {"display_hint": None, "output_ref": None},
+    "ExecuteAttempt": {
+        "turn_id": "",
+        "attempt": 0,
+        "skip_pre_hooks": False,
+        "large_output_bytes": 262144,
+        "hooks_only": False,
+        "shadow": False,
+        "recorded": None,
+    },
+    "Ran": {
+        "is_error": False,
+        "duration_ms": 0.0,
+        "resolved_tool_name": "",
+        "display_hint": None,
+        "kind": "ran",
+        "reflector": None,
+        "started_at": None,
+        "finished_at": None,
+        "dispatch": None,
+        "output_ref": None,
+        "output_hash": None,
+        "output_preview": None,
+        "post_hook_errors": [],
+    },
+    "ShadowServed": {
+        "is_error": False,
+        "duration_ms": 0.0,
+        "resolved_tool_name": "",
+        "display_hint": None,
+        "reflector": None,
+    },
+    "HookRefused": {},
+    "HooksPassed": {},
+    "BreakerRefused": {},
+    "RecordTurn": {"must_persist": True},
+    "Flush": {
+        "turn": None,
+        "events": [],
+        "memory": [],
+        "session": None,
+        "conversation": None,
+    },
+}
+
+
+def test_every_envelopes_left_out_defaults_are_pinned() -> None:
+    assert {cls.__name__: left_out(cls) for cls in ENVELOPES} == PINNED_DEFAULTS
+
+
+@pytest.mark.parametrize("cls", ENVELOPES, ids=lambda cls: cls.__name__)
+def test_an_envelope_of_defaults_says_only_what_it_must(cls: type[BaseModel]) -> None:
+    # Build the envelope from its required fields; the wire then holds those (and tags).
+    required = {
+        "TurnInput": {"session_id": "s", "calls": []},
+        "TurnOutput": {"turn_id": "t", "results": []},
+        "ToolDispatchResult": {
+            "tool_call_id": "c",
+            "output": "x",
+            "is_error": False,
+            "duration_ms": 0,
+            "resolved_tool_name": "e",
+        },
+        "ExecuteAttempt": {
+            "session_id": "s",
+            "tool_call_id": "c",
+            "tool_name": "e",
+            "arguments": {},
+        },
+        "Ran": {"output": "x"},
+        "ShadowServed": {"output": "x"},
+        "HookRefused": {"hook": {"decision": "block", "text": "no", "hook": "H#0"}},
+        "RecordTurn": {"flush": {"turn_id": "t", "session_id": "s"}},
+        "Flush": {"turn_id": "t", "session_id": "s"},
+    }.get(cls.__name__, {})
+    value = cls.model_validate(required)
+    data, decoded = through_temporal(value, AttemptOutcome if cls in OUTCOMES else cls)
+    said = set(json.loads(data))
+    assert said.isdisjoint(PINNED_DEFAULTS[cls.__name__])
+    assert said <= set(cls.model_fields)
+    assert decoded == value
+
+
+OUTCOMES = (Ran, ShadowServed, HookRefused, HooksPassed, BreakerRefused)

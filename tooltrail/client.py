@@ -1,8 +1,9 @@
 """The client API: start turns, wait for their results, read the audit trail and memory.
 
 ``local(host)`` brings up everything in-process (the embedded Temporal dev server, a worker,
-the SQLite audit database); ``connect(host, ...)`` talks to an existing deployment, whose
-workers run ``tooltrail worker``.
+the SQLite audit database); ``connect(...)`` talks to an existing deployment, whose workers
+run ``tooltrail worker``. The client runs no tool code: the workers decide everything about
+the tools (``tooltrail.turn.prepare``), so ``connect()`` needs no host.
 """
 
 from __future__ import annotations
@@ -65,13 +66,10 @@ from tooltrail.wire import (
     ApprovalInput,
     AuditEvent,
     CloseSessionInput,
-    HostFeatures,
     MemoryEntry,
     ModelSettings,
     PendingApproval,
-    SessionState,
     ShadowPlan,
-    ToolMeta,
     TurnInput,
     TurnOutput,
     WorkerCatalog,
@@ -189,8 +187,8 @@ class TurnHandle:
             raise turn_error(failure, self.turn_id) from failure
         calls = output.assistant.tool_calls if output.assistant is not None else []
         if calls and not output.results and self._store is not None:
-            # An agent turn left its results to the conversation and the audit trail
-            # (ModelPhase.state_in_db); its tool phase's end holds them, in call order.
+            # An agent turn left its results to the conversation and the audit trail (see
+            # ModelPhase); its tool phase's end holds them, in call order.
             events = await self._store.events(self.turn_id)
             ends = [e for e in events if e.kind == "turn_end" and e.payload.get("phase") == "tools"]
             if ends:
@@ -340,7 +338,7 @@ class Tooltrail:
     def __init__(
         self,
         client: Client,
-        host: Host,
+        host: Host | None = None,
         *,
         task_queue: str,
         store: AuditStore,
@@ -348,17 +346,20 @@ class Tooltrail:
     ) -> None:
         """Wrap a Temporal client, the host wiring and the audit database.
 
+        The client runs no tool code: the workers decide everything about the tools (see
+        ``start_turn``).
+
         Args:
             client: the Temporal client.
-            host: the host wiring (its registry is what turns advertise by default).
+            host: the host wiring; it only serves ``authorize_tool`` (default: no tools).
             task_queue: the task queue of the deployment's workers.
             store: the audit database.
-            learn_worker_tools: also advertise the tools the workers serve that the host
-                lacks (an MCP server's, registered by ``tooltrail worker --mcp``): asked once,
-                from a worker (``worker_tools``).
+            learn_worker_tools: kept for compatibility; it changes nothing since the workers
+                plan turns: a turn that names no tools advertises what its worker serves (an
+                MCP server's tools included) either way, and ``worker_tools`` lists them.
         """
         self.client = client
-        self.host = host
+        self.host = Host() if host is None else host
         self.task_queue = task_queue
         self.store = store
         self.sessions: set[str] = set()
@@ -390,23 +391,6 @@ class Tooltrail:
                 ) from failure
         return self._worker_catalog
 
-    async def _offered(self) -> tuple[list[str], dict[str, ToolMeta]]:
-        """The tools a turn advertises by default, and what the workflow must know of them."""
-        names = self.host.registry.names()
-        meta = self.host.tool_meta()
-        if not self.learn_worker_tools:
-            return names, meta
-        try:
-            catalog = await self.worker_tools()
-        except (TurnFailed, RPCError) as exc:
-            log.warning("advertising the host's tools only: %s", exc)
-            return names, meta
-        for name in catalog.names:
-            if name not in meta:
-                names.append(name)
-                meta[name] = catalog.tools.get(name, ToolMeta())
-        return names, meta
-
     async def start_turn(
         self,
         calls: Sequence[ToolCall],
@@ -425,7 +409,8 @@ class Tooltrail:
         Args:
             calls: the model's tool calls, in its order.
             session_id: the session the turn belongs to.
-            advertised: the tool names the model was offered (default: the host's registry).
+            advertised: the tool names the model was offered (default: the tools the
+                deployment's workers offer).
             config: dispatch configuration.
             turn_id: the turn (workflow) id; a new one by default. Ids are never reused.
             execution_timeout: an optional limit for the whole turn.
@@ -434,28 +419,22 @@ class Tooltrail:
             rerun_of: the turn this one re-runs (see ``rerun``).
             shadow: serve every tool result from a past turn's audit trail (see ``rerun``).
 
+        The worker plans the turn where the tools live (their settings, the parallel-safety
+        verdicts, the memoize paths) and reads the session's state itself: the client needs
+        no tool code.
+
         Raises:
             ConfigurationError: ``turn_id`` was already used.
         """
         turn_id = turn_id or f"turn-{uuid.uuid4()}"
-        offered, tool_meta = await self._offered()
-        names = offered if advertised is None else list(advertised)
-        config = config or RunConfig()
-        calls = [_encodable(call) for call in calls]
-        session = SessionState() if shadow else await self.store.session_state(session_id)
         inp = TurnInput(
             session_id=session_id,
-            calls=list(calls),
-            advertised=names,
-            config=config,
-            tools=tool_meta,
-            verdicts=self.host.verdicts(calls) if config.dispatch == "parallel" else None,
-            features=HostFeatures(hooks=bool(self.host.hooks), memory=self.host.memory),
-            session=session,
+            calls=[_encodable(call) for call in calls],
+            advertised=None if advertised is None else list(advertised),
+            config=config or RunConfig(),
             ends_run=ends_run,
             rerun_of=rerun_of,
             shadow=shadow,
-            **self._memo_inputs(calls),
         )
         size = len(inp.model_dump_json().encode("utf-8"))
         if size > MAX_START_BYTES:
@@ -489,18 +468,6 @@ class Tooltrail:
             raise ConfigurationError(_too_large(size)) from exc
         self.sessions.add(session_id)
         return TurnHandle(handle, self.store)
-
-    def _memo_inputs(self, calls: Sequence[ToolCall]) -> dict[str, Any]:
-        memoizer = self.host.memoizer()
-        if memoizer is None:
-            return {}
-        paths = {}
-        for call in calls:
-            if isinstance(call.arguments, dict):
-                found = memoizer.paths(call.name, call.arguments)
-                if found:
-                    paths[call.id] = found
-        return {"memo": memoizer.plan(), "memo_paths": paths}
 
     async def run_turn(
         self,
@@ -643,19 +610,15 @@ class Tooltrail:
         )
         config = config or RunConfig()
         run_id = run_id or f"run-{uuid.uuid4()}"
-        offered, tool_meta = await self._offered()
         inp = AgentRunInput(
             session_id=session_id,
             messages=opening,
             settings=settings,
-            advertised=offered,
             config=config,
-            tools=tool_meta,
-            features=HostFeatures(hooks=bool(self.host.hooks), memory=self.host.memory),
             max_turns=max_turns,
             turns_per_segment=turns_per_segment,
             local_model=local_model,
-            # Each turn reads the session's state itself (ModelPhase.state_in_db).
+            # Each turn reads the session's state itself (see ModelPhase).
             carry=AgentCarry(new_messages=opening),
         )
         handle = await self.client.start_workflow(
@@ -916,7 +879,7 @@ async def _bounded(running: Worker, timeout_s: float) -> AsyncIterator[Worker]:
 
 @contextlib.asynccontextmanager
 async def connect(
-    host: Host | ToolRegistry | list[Tool],
+    host: Host | ToolRegistry | list[Tool] | None = None,
     *,
     temporal_address: str | None = None,
     namespace: str | None = None,
@@ -926,9 +889,10 @@ async def connect(
 ) -> AsyncIterator[Tooltrail]:
     """Connect to an existing deployment (workers run ``tooltrail worker``).
 
-    Options default to the settings (``TOOLTRAIL_*`` environment variables).
-    ``learn_worker_tools`` (default: whether the settings list MCP servers) makes turns also
-    advertise the tools the workers serve that ``host`` lacks (see ``Tooltrail``).
+    The client needs no tools: the workers decide what they offer and how each call runs.
+    ``host``, if given, serves ``authorize_tool`` and its ``database_url``. Options default
+    to the settings (``TOOLTRAIL_*`` environment variables); ``learn_worker_tools`` (default:
+    whether the settings list MCP servers) is ``Tooltrail``'s.
 
     Raises:
         DatabaseSchemaError: the database is not migrated (run ``tooltrail db upgrade``).

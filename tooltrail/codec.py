@@ -42,13 +42,13 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
     PayloadCodec,
 )
 
+from tooltrail.converter import wire_data_converter
 from tooltrail.errors import ConfigurationError, TooltrailError
 from tooltrail.settings import Settings
 
@@ -368,7 +368,7 @@ def codec_from_settings(settings: Settings) -> AesGcmCodec | None:
 def data_converter(
     codec: PayloadCodec | None, *, encode_failure_messages: bool = False
 ) -> DataConverter:
-    """Return tooltrail's pydantic data converter with ``codec`` applied to every payload.
+    """Return tooltrail's data converter with ``codec`` applied to every payload.
 
     Args:
         codec: the payload codec (e.g. an ``AesGcmCodec``), or ``None`` for none.
@@ -377,14 +377,15 @@ def data_converter(
             workflow (not tool errors: those are results) stays readable in the history.
 
     Returns:
-        ``pydantic_data_converter`` with the codec; the very converter itself without one.
+        ``tooltrail.converter.wire_data_converter`` with the codec; the very converter
+        itself without one.
     """
     if codec is None and not encode_failure_messages:
-        return pydantic_data_converter
+        return wire_data_converter
     if encode_failure_messages:
         return dataclasses.replace(
-            pydantic_data_converter,
+            wire_data_converter,
             payload_codec=codec,
             failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
         )
-    return dataclasses.replace(pydantic_data_converter, payload_codec=codec)
+    return dataclasses.replace(wire_data_converter, payload_codec=codec)

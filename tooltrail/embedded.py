@@ -34,9 +34,9 @@ from typing import IO
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from tooltrail.converter import wire_data_converter
 from tooltrail.errors import ConfigurationError
 
 __all__ = [
@@ -223,7 +223,7 @@ async def _wait_until_serving(
             _, writer = await asyncio.open_connection(*target.rsplit(":", 1))
             writer.close()
             client = await Client.connect(
-                target, namespace=namespace, data_converter=pydantic_data_converter
+                target, namespace=namespace, data_converter=wire_data_converter
             )
             # The frontend may answer before the namespace is registered.
             await client.workflow_service.describe_namespace(
@@ -271,7 +271,7 @@ async def start_dev_server(
         log_level: the server's log level (its output goes to a file, shown on failure).
 
     Returns:
-        The running server; its ``client`` uses the pydantic data converter.
+        The running server; its ``client`` uses tooltrail's data converter.
 
     Raises:
         ConfigurationError: the server did not start: the message holds its last output lines.
@@ -340,6 +340,6 @@ async def start_dev_server(
 async def start_time_skipping_server() -> WorkflowEnvironment:
     """Start Temporal's time-skipping test server (timers complete without waiting)."""
     return await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter,
+        data_converter=wire_data_converter,
         test_server_existing_path=find_binary("temporal-test-server"),
     )

@@ -26,6 +26,7 @@ from temporalio.worker import Replayer
 from tooltrail.settings import Settings
 from tooltrail.worker import sandbox_runner, settings_data_converter
 from tooltrail.workflows.agent import AgentRunWorkflow
+from tooltrail.workflows.catalog import ToolCatalogWorkflow
 from tooltrail.workflows.session import CloseSessionWorkflow
 from tooltrail.workflows.turn import TurnWorkflow
 
@@ -153,7 +154,7 @@ async def replay_histories(
             with ``TOOLTRAIL_CODEC_KEYS`` encrypted histories replay; plain ones too).
     """
     if workflows is None:
-        workflows = [TurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow]
+        workflows = [TurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow, ToolCatalogWorkflow]
     replayer = Replayer(
         workflows=list(workflows),
         data_converter=data_converter or settings_data_converter(Settings()),

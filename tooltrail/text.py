@@ -15,6 +15,7 @@ from typing import Any
 from tooltrail.results import ImagePart, Part, TextPart
 
 __all__ = [
+    "BREAKER_OPEN",
     "MAX_ARGUMENT_DEPTH",
     "MEMORY_FIELD_LIMIT",
     "canonical_json",
@@ -67,6 +68,10 @@ def trunc(text: str, limit: int = MEMORY_FIELD_LIMIT) -> str:
 def trajectory(tool: str, input_text: str, result_text: str) -> str:
     """Return the content of a trajectory memory entry (spec §5)."""
     return f"tool={tool}; input={trunc(input_text)}; result={trunc(result_text)}"
+
+
+BREAKER_OPEN = "tool temporarily unavailable: circuit breaker open"
+"""The soft result of a call refused by an open circuit breaker (spec §11.3)."""
 
 
 def not_available(name: str) -> str:

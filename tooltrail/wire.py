@@ -1,23 +1,18 @@
 """What crosses Temporal: workflow and activity inputs and outputs, and the audit records.
 
 One input model per workflow and activity. Fields added later MUST get defaults so that
-histories recorded before them still decode. Activity names are stable forever: a renamed
-activity breaks every turn in flight. Pure module: workflow code imports it.
+histories recorded before them still decode. What the envelopes leave unsaid on the wire
+(their defaults) is ``tooltrail.envelopes``'s business: ``model_dump()`` says every field.
+Activity names are stable forever: a renamed activity breaks every turn in flight. Pure
+module: workflow code imports it.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    Field,
-    SerializerFunctionWrapHandler,
-    field_serializer,
-    model_serializer,
-    model_validator,
-)
+from pydantic import BaseModel, Field
 
 from tooltrail.config import LARGE_OUTPUT_BYTES, RunConfig
 from tooltrail.detection import LoopDetector
@@ -27,62 +22,75 @@ from tooltrail.memoize import MemoCache, MemoPlan
 from tooltrail.planner import CallVerdict
 from tooltrail.recovery import Analysis
 from tooltrail.results import Part, ToolCall, ToolDispatchResult
-from tooltrail.text import canonical_json
 
 __all__ = [
+    "ATTEMPT_OUTCOME",
     "AUDIT_RECORD",
-    "DISPATCH_FIELDS",
     "MODEL_TURN",
     "RECOVERY_REFLECT",
     "SESSION_CLEANUP",
     "TOOL_CATALOG",
     "TOOL_EXECUTE",
+    "TURN_PREPARE",
     "AgentCarry",
     "AgentProgress",
     "AgentRunInput",
     "AgentRunOutput",
     "ApprovalInput",
     "AttemptOutcome",
+    "AttemptResult",
     "AuditEvent",
+    "BreakerRefused",
     "CloseSessionInput",
-    "Compact",
     "ConversationAppend",
     "EventKind",
     "ExecuteAttempt",
     "Flush",
+    "HookRefused",
+    "HooksPassed",
     "HostFeatures",
+    "InfraFailed",
+    "MemoHit",
     "MemoryEntry",
     "ModelPhase",
     "ModelSettings",
     "ModelTurnOutcome",
     "ModelTurnRequest",
     "PendingApproval",
+    "PrepareTurn",
+    "Ran",
     "RecordTurn",
     "RecordedAttempt",
     "ReflectInput",
     "ReflectOutcome",
     "SessionState",
     "ShadowPlan",
+    "ShadowServed",
     "ToolMeta",
     "TurnInput",
     "TurnOutput",
+    "TurnPlan",
     "TurnRecord",
     "TurnStatus",
     "WorkerCatalog",
-    "pack_dispatch",
-    "unpack_dispatch",
 ]
 
+# The activities' names, all of them: stable forever (a renamed activity breaks every turn
+# in flight), so they are written here once and only referred to elsewhere.
 TOOL_EXECUTE = "tooltrail.tool.execute"
-"""Activity: flush pending audit records, then run one attempt of one call."""
+"""Activity: run one attempt of one call (hooks, breaker gate, body, post hooks)."""
 AUDIT_RECORD = "tooltrail.audit.record"
-"""Activity: flush pending audit records and the turn's final status."""
+"""Activity: write a turn's pending audit records (and, at its end, its final status)."""
 SESSION_CLEANUP = "tooltrail.session.cleanup"
 """Activity: remove a session's scratch directory."""
 TOOL_CATALOG = "tooltrail.tool.catalog"
-"""Activity: the tools a worker serves (MCP servers' included), for clients to advertise."""
+"""Activity: the tools a worker serves (MCP servers' included), for clients to list."""
 RECOVERY_REFLECT = "tooltrail.recovery.reflect"
 """Activity: ask the host's reflector about a failed attempt."""
+MODEL_TURN = "tooltrail.model.turn"
+"""Activity: append a turn's new messages to the run's conversation and ask the model."""
+TURN_PREPARE = "tooltrail.turn.prepare"
+"""Activity (local): plan a standalone turn where the tools live (``TurnPlan``)."""
 
 EventKind = Literal[
     "turn_started",
@@ -163,49 +171,6 @@ class SessionState(BaseModel):
     """The ``MemoizingMiddleware`` cache."""
 
 
-_PLAIN_DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
-
-
-def _plain_defaults(cls: type[BaseModel]) -> dict[str, Any]:
-    """The defaults of ``cls`` that serialize as themselves (None, bools, numbers, text, [])."""
-    found = _PLAIN_DEFAULTS.get(cls)
-    if found is None:
-        found = {}
-        for name, field in cls.model_fields.items():
-            if field.is_required():
-                continue
-            default = field.get_default(call_default_factory=True)
-            plain = default is None or isinstance(default, bool | int | float | str)
-            if plain or default in ([], {}):
-                found[name] = default
-        _PLAIN_DEFAULTS[cls] = found
-    return found
-
-
-class Compact(BaseModel):
-    """A model serialized without the fields that hold their default value.
-
-    For the envelopes that cross Temporal once per tool call or turn: every byte of them is
-    stored in the workflow history, and decoding fills the defaults back in. So these
-    defaults are part of the wire format: changing one changes what recorded histories
-    decode to (and how they replay). Only plain defaults are left out (``None``, ``False``,
-    numbers, texts, empty lists and dicts); nested models always travel whole.
-    """
-
-    @model_serializer(mode="wrap")
-    def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
-        data = handler(self)
-        if isinstance(data, dict):
-            for name, default in _plain_defaults(type(self)).items():
-                if name in data and data[name] == default:
-                    del data[name]
-            self._pack(data)
-        return data
-
-    def _pack(self, data: dict[str, Any]) -> None:
-        """Shorten ``data`` (this model's dump) further; the model's validator undoes it."""
-
-
 class ConversationAppend(BaseModel):
     """Messages an agent turn adds to its run's conversation (its tool results)."""
 
@@ -215,11 +180,11 @@ class ConversationAppend(BaseModel):
     messages: list[Message]
 
 
-class Flush(Compact):
+class Flush(BaseModel):
     """Audit records produced by the workflow since the last successful write."""
 
-    turn_id: str = ""
-    session_id: str = ""
+    turn_id: str
+    session_id: str
     turn: TurnRecord | None = None
     """The turn's row when it changed since the last write; ``None`` when it did not."""
     events: list[AuditEvent] = Field(default_factory=list)
@@ -228,14 +193,6 @@ class Flush(Compact):
     """The session's state at the end of the turn (final record only)."""
     conversation: ConversationAppend | None = None
     """An agent turn's tool results for its run's conversation (final record only)."""
-
-    @model_validator(mode="after")
-    def _ids_from_turn(self) -> Flush:
-        # Histories recorded before turn_id existed carry the ids in the turn row only.
-        if self.turn is not None:
-            self.turn_id = self.turn_id or self.turn.turn_id
-            self.session_id = self.session_id or self.turn.session_id
-        return self
 
 
 class HostFeatures(BaseModel):
@@ -254,6 +211,42 @@ class ToolMeta(BaseModel):
     retry_on_interrupt: bool = True
     local: bool = False
     """Attempts run as local activities (``@tool(local=True)``)."""
+
+
+class PrepareTurn(BaseModel):
+    """Input of ``tooltrail.turn.prepare`` (a local activity: it never enters the history)."""
+
+    session_id: str
+    calls: list[ToolCall]
+    advertised: list[str] | None = None
+    """The names the turn advertises; ``None``: the worker's tools (the plan lists them)."""
+    parallel: bool = False
+    """Judge the calls for parallel waves."""
+    shadow: bool = False
+    """A shadow replay: it starts from the original turn's state, so none is read."""
+
+
+class TurnPlan(BaseModel):
+    """What the worker decides for a turn, because the tools and the database are there.
+
+    A standalone turn gets it from ``tooltrail.turn.prepare``, an agent turn with the
+    model's answer (``ModelTurnOutcome.plan``).
+    """
+
+    advertised: list[str] | None = None
+    """The worker's tool names, when the turn left them to the worker; else ``None``."""
+    tools: dict[str, ToolMeta] = Field(default_factory=dict)
+    """The declarations of the worker's tools, where they differ from ``ToolMeta()``."""
+    features: HostFeatures = Field(default_factory=HostFeatures)
+    verdicts: list[CallVerdict] | None = None
+    """Per call, the tool's concurrency declaration evaluated on its arguments (parallel
+    mode); ``None`` plans every call as unsafe."""
+    memo: MemoPlan | None = None
+    """The host's ``MemoizingMiddleware`` configuration, if it has one."""
+    memo_paths: dict[str, list[str]] = Field(default_factory=dict)
+    """Per call id, the paths it touches (for write-tool eviction)."""
+    session: SessionState = Field(default_factory=SessionState)
+    """The session's state as the previous turn left it."""
 
 
 class WorkerCatalog(BaseModel):
@@ -283,27 +276,17 @@ class ShadowPlan(BaseModel):
     """The loop detector as the original turn started, when it was recorded."""
 
 
-class TurnInput(Compact):
+class TurnInput(BaseModel):
     """Input of ``TurnWorkflow``."""
 
     session_id: str
     calls: list[ToolCall]
-    advertised: list[str]
-    """The tool names advertised to the model for this turn."""
+    advertised: list[str] | None = None
+    """The tool names advertised to the model for this turn; ``None``: the tools the
+    deployment's workers offer (``TurnPlan.advertised``)."""
     config: RunConfig = Field(default_factory=RunConfig)
-    tools: dict[str, ToolMeta] = Field(default_factory=dict)
-    verdicts: list[CallVerdict] | None = None
-    """Per call, the tool's concurrency declaration evaluated on its arguments (parallel
-    mode); ``None`` plans every call as unsafe."""
-    features: HostFeatures = Field(default_factory=HostFeatures)
-    session: SessionState = Field(default_factory=SessionState)
-    """The session's state as the previous turn left it."""
     ends_run: bool = False
     """This turn ends a run: a loop pattern at stop level is cleared for the next run."""
-    memo: MemoPlan | None = None
-    """The host's ``MemoizingMiddleware`` configuration, if it has one."""
-    memo_paths: dict[str, list[str]] = Field(default_factory=dict)
-    """Per call id, the paths it touches (for write-tool eviction)."""
     rerun_of: str | None = None
     """The turn this one re-runs (``tooltrail rerun``)."""
     shadow: ShadowPlan | None = None
@@ -317,35 +300,17 @@ class TurnOutput(BaseModel):
 
     turn_id: str
     results: list[ToolDispatchResult]
-    """Empty for an agent turn with ``ModelPhase.state_in_db``: its results went to the
-    conversation and the audit trail (``tt.get_turn(turn_id).result()`` reads them back)."""
+    """Empty for an agent turn: its results went to the conversation and the audit trail
+    (``tt.get_turn(turn_id).result()`` reads them back)."""
     assistant: Message | None = None
     """With a model phase: the model's answer (its text and tool calls)."""
     usage: Usage | None = None
     """With a model phase: the tokens the model call spent."""
     stop_reason: str | None = None
     """With a model phase: why the model stopped (``ModelResponse.stop_reason``)."""
-    session: SessionState | None = None
-    """The session's state as this turn left it, for an agent run's next turn in runs
-    recorded before ``ModelPhase.state_in_db`` (other turns load it from the database,
-    where the final record saved it)."""
-
-    @field_serializer("results", mode="wrap")
-    def _compact_results(
-        self, results: list[ToolDispatchResult], handler: SerializerFunctionWrapHandler
-    ) -> Any:
-        # Unset optional fields are left out: the history holds every result once more.
-        # (Only those: this is the turn's public result, and its dump should say the rest.)
-        data = handler(results)
-        if isinstance(data, list):
-            for item in data:
-                for key in ("display_hint", "output_ref"):
-                    if isinstance(item, dict) and item.get(key, False) is None:
-                        del item[key]
-        return data
 
 
-class ExecuteAttempt(Compact):
+class ExecuteAttempt(BaseModel):
     """Input of the ``tooltrail.tool.execute`` activity."""
 
     turn_id: str = ""
@@ -356,14 +321,11 @@ class ExecuteAttempt(Compact):
     tool_name: str
     arguments: dict[str, Any]
     attempt: int = 0
-    flush: Flush | None = None
     skip_pre_hooks: bool = False
     """True when a human already approved this attempt (interactive ``Ask``)."""
     large_output_bytes: int = LARGE_OUTPUT_BYTES
     """Outputs above this size are stored in the database, not returned (0: never). The
-    default is ``RunConfig``'s, so the common case costs no history bytes. (Workers before
-    this default read a missing value as 0: an attempt they scheduled with 0 and a newer
-    worker ran keeps a large output in the database rather than in the history.)"""
+    default is ``RunConfig``'s, so the common case costs no history bytes."""
     hooks_only: bool = False
     """Run the pre-tool hooks and stop: the loop detector refuses this attempt unless a hook
     blocks it first (hooks come before detection)."""
@@ -373,8 +335,8 @@ class ExecuteAttempt(Compact):
     """The original turn's result of this attempt (shadow replays)."""
 
 
-class AttemptOutcome(Compact):
-    """Output of ``tooltrail.tool.execute``: the attempt's result, never a raised tool error."""
+class _Result(BaseModel):
+    """What every completed attempt says: the fields of the call's result."""
 
     output: str | list[Part]
     is_error: bool = False
@@ -383,22 +345,24 @@ class AttemptOutcome(Compact):
     """The tool that ran; empty on the wire when it is the requested one (the workflow
     fills it in as it receives the outcome)."""
     display_hint: str | None = None
-    flushed: bool = True
-    """False when the audit database could not be written; the workflow sends the records again."""
+
+
+class Ran(_Result):
+    """The attempt ran through the middleware pipeline and the registry core.
+
+    Its result is the tool's (or the core's soft text, such as an interrupted attempt's): it
+    goes through the POST phase and, when it failed, recovery.
+    """
+
+    kind: Literal["ran"] = "ran"
     reflector: Literal["noop", "custom"] | None = None
     """The worker's reflector, told with failed attempts: with ``noop`` the workflow knows
-    the analysis without asking. ``None`` (successes, and failures from workers that left a
-    custom reflector unsaid) asks the reflector."""
+    the analysis without asking, with ``custom`` (or ``None``) it asks the reflector.
+    ``None`` on successes, which consult no reflector."""
     started_at: datetime | None = None
     """Wall-clock time the tool body started (worker clock), for the audit trail."""
     finished_at: datetime | None = None
     """Wall-clock time the tool body returned (worker clock)."""
-    hook: HookDecision | None = None
-    """A pre-tool hook's Block or Ask: the tool did not run."""
-    breaker_refused: bool = False
-    """The circuit breaker of the requested tool is open: the tool did not run."""
-    cached: bool = False
-    """Served from the session's memoize cache by the workflow (no activity ran)."""
     dispatch: dict[str, Any] | None = None
     """The dispatcher's audit record (access, guardrails, idempotency: spec §8)."""
     output_ref: str | None = None
@@ -410,25 +374,76 @@ class AttemptOutcome(Compact):
     post_hook_errors: list[str] = Field(default_factory=list)
     """Post-tool hooks that raised (logged and ignored)."""
 
-    def _pack(self, data: dict[str, Any]) -> None:
-        # The four timestamps and the duration as whole microseconds in one list ``t``:
-        # [started, finished - started, duration, dispatch started - started, dispatch
-        # finished - started]. ISO texts cost ~45 bytes each in every call's history.
-        times = _pack_times(self, data)
-        if times is not None:
-            for name in ("started_at", "finished_at", "duration_ms"):
-                data.pop(name, None)
-            data["t"] = times
 
-    @model_validator(mode="before")
-    @classmethod
-    def _unpack(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "t" in data:
-            data = _unpack_times(data)
-        return data
+class ShadowServed(_Result):
+    """A shadow replay's attempt: the original turn's result, screened by today's gate.
+
+    No tool ran and nothing shared changed; the result goes through the POST phase and
+    recovery like a ran attempt's.
+    """
+
+    kind: Literal["shadow"] = "shadow"
+    reflector: Literal["noop", "custom"] | None = None
+    """As for ``Ran``."""
 
 
-class RecordTurn(Compact):
+class HookRefused(BaseModel):
+    """A pre-tool hook blocked the attempt or asked about it: the tool did not run."""
+
+    kind: Literal["hook_refused"] = "hook_refused"
+    hook: HookDecision
+
+
+class HooksPassed(BaseModel):
+    """The pre-tool hooks let a hooks-only attempt through (the workflow refuses it then)."""
+
+    kind: Literal["hooks_passed"] = "hooks_passed"
+
+
+class BreakerRefused(BaseModel):
+    """The circuit breaker of the requested tool is open: the tool did not run.
+
+    The result is ``tooltrail.text.BREAKER_OPEN``; no POST phase, no recovery.
+    """
+
+    kind: Literal["breaker_refused"] = "breaker_refused"
+
+
+class MemoHit(_Result):
+    """Served from the session's memoize cache by the workflow: no activity ran."""
+
+    kind: Literal["memo_hit"] = "memo_hit"
+
+
+class InfraFailed(_Result):
+    """The attempt's activity failed once Temporal's retries were spent (spec §14).
+
+    Made by the workflow: a soft failed attempt with the failure's text, which goes through
+    the POST phase and recovery like a tool's failure.
+    """
+
+    kind: Literal["infra_failed"] = "infra_failed"
+
+
+AttemptOutcome = Annotated[
+    Ran | ShadowServed | HookRefused | HooksPassed | BreakerRefused | MemoHit | InfraFailed,
+    Field(discriminator="kind"),
+]
+"""One attempt's outcome, told by its ``kind``.
+
+The tool activity (``tooltrail.tool.execute``) returns ``ran``, ``shadow``,
+``hook_refused``, ``hooks_passed`` or ``breaker_refused``, never a raised tool error; the
+workflow makes ``memo_hit`` (no activity ran) and ``infra_failed`` (the activity's
+infrastructure retries were spent) itself, and matches every kind exhaustively. ``ran``
+is the common case: its ``kind`` is left unsaid on the wire (``tooltrail.envelopes``).
+"""
+AttemptResult = Ran | ShadowServed | MemoHit | InfraFailed
+"""The kinds of ``AttemptOutcome`` that carry a result for the POST phase (and recovery)."""
+ATTEMPT_OUTCOME: Any = AttemptOutcome
+"""``AttemptOutcome`` as an activity's ``result_type``."""
+
+
+class RecordTurn(BaseModel):
     """Input of ``tooltrail.audit.record``."""
 
     flush: Flush
@@ -489,10 +504,6 @@ class PendingApproval(BaseModel):
     """When the wait ends with the headless refusal if nobody answers."""
 
 
-MODEL_TURN = "tooltrail.model.turn"
-"""Activity: append a turn's new messages to the run's conversation and ask the model."""
-
-
 class ModelSettings(BaseModel):
     """Which model answers, and how."""
 
@@ -514,7 +525,14 @@ class ModelSettings(BaseModel):
 
 
 class ModelPhase(BaseModel):
-    """The model call that starts a turn (instead of ready-made calls)."""
+    """The model call that starts a turn (instead of ready-made calls).
+
+    The model is offered the worker's catalog of the turn's advertised tools (the schemas
+    stay out of every turn's history). The model activity reads the session's state with
+    the conversation; the turn appends its tool results to the conversation with its final
+    audit record and returns neither, so an agent run's history carries no tool output and
+    no loop-detector window from turn to turn.
+    """
 
     run_id: str
     """The conversation's id (the agent run)."""
@@ -523,14 +541,6 @@ class ModelPhase(BaseModel):
     new_messages: list[Message]
     """What the model has not seen yet: the first prompt, or the last turn's tool results."""
     settings: ModelSettings = Field(default_factory=ModelSettings)
-    catalog: list[dict[str, Any]] | None = Field(default_factory=list)
-    """The tool catalog advertised to the model (OpenAI format); ``None``: the worker's own
-    catalog of the turn's advertised tools (so the schemas are not in every turn's history)."""
-    state_in_db: bool = False
-    """The turn takes the session's state from the database (the model activity reads it
-    with the conversation), appends its tool results to the conversation with its final
-    audit record, and returns neither: the run's history then carries no tool output and
-    no loop-detector window from turn to turn. ``False`` in runs recorded before."""
     local: bool = False
     """Ask the model in a local activity (``start_agent(local_model=True)``)."""
 
@@ -540,27 +550,23 @@ class ModelTurnRequest(BaseModel):
 
     phase: ModelPhase
     turn_id: str
-    flush: Flush | None = None
     advertised: list[str] | None = None
-    """With a ``None`` catalog: the tools the model may be offered."""
+    """The tools the model is offered (from the worker's catalog); ``None``: all of them."""
     verdicts: bool = False
     """Judge the answer's tool calls for parallel dispatch (the concurrency declarations
-    are host code, so the worker judges them, as the client does for a plain turn)."""
+    are host code, so the worker judges them, as it does for a standalone turn)."""
     session_id: str | None = None
-    """Read this session's saved state and return it (``ModelPhase.state_in_db``)."""
+    """The turn's session: its saved state comes back in the plan (``None``: none read)."""
 
 
 class ModelTurnOutcome(BaseModel):
     """Output of ``tooltrail.model.turn``."""
 
     response: ModelResponse
-    flushed: bool = True
     reused: bool = False
     """The answer was already stored (a retried activity): the model was not asked again."""
-    verdicts: list[CallVerdict] | None = None
-    """One per tool call of the answer, when the request asked for them."""
-    session: SessionState | None = None
-    """The session's saved state, when the request named the session."""
+    plan: TurnPlan = Field(default_factory=TurnPlan)
+    """The worker's plan of the answer's calls (its ``session`` is the session's state)."""
 
 
 class AgentCarry(BaseModel):
@@ -570,7 +576,6 @@ class AgentCarry(BaseModel):
     next_seq: int = 0
     new_messages: list[Message] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
-    session: SessionState = Field(default_factory=SessionState)
     turns: list[str] = Field(default_factory=list)
 
 
@@ -581,12 +586,9 @@ class AgentRunInput(BaseModel):
     messages: list[Message] = Field(default_factory=list)
     """The opening messages (system, user); later segments of the run carry nothing here."""
     settings: ModelSettings = Field(default_factory=ModelSettings)
-    catalog: list[dict[str, Any]] = Field(default_factory=list)
-    """Unused: a run's turns offer the worker's own catalog (older runs carried it here)."""
-    advertised: list[str] = Field(default_factory=list)
+    advertised: list[str] | None = None
+    """The tools the model is offered; ``None``: those the deployment's workers offer."""
     config: RunConfig = Field(default_factory=RunConfig)
-    tools: dict[str, ToolMeta] = Field(default_factory=dict)
-    features: HostFeatures = Field(default_factory=HostFeatures)
     max_turns: int = Field(default=10, ge=1)
     turns_per_segment: int = Field(default=20, ge=1)
     """Continue-as-new after this many turns (or sooner if Temporal suggests it)."""
@@ -608,8 +610,7 @@ class AgentRunOutput(BaseModel):
     stop_reason: str | None = None
     """Why the model stopped in the last turn (``StopReason``): ``end_turn`` for an answer,
     ``refusal`` when it declined (``text`` is then its refusal), ``max_tokens`` for an
-    answer cut short, ``tool_use`` when ``max_turns`` ended the run, ... ``None`` in runs
-    recorded before it was reported."""
+    answer cut short, ``tool_use`` when ``max_turns`` ended the run, ..."""
 
 
 class AgentProgress(BaseModel):
@@ -620,175 +621,3 @@ class AgentProgress(BaseModel):
     turns: list[str]
     usage: Usage
     status: Literal["model", "tools", "done"]
-
-
-# -- the dispatch record on the wire ------------------------------------------------------
-
-DISPATCH_FIELDS = (
-    "call_id",
-    "attempt",
-    "tool_name",
-    "tool_kind",
-    "principal_id",
-    "raw_arguments",
-    "ignored_arguments",
-    "effective_arguments",
-    "idempotency_key",
-    "status",
-    "text",
-    "value",
-    "source_call_id",
-    "lease_lost",
-    "started_at",
-    "finished_at",
-)
-"""The fields of ``tooltrail.dispatcher.DispatchRecord``, in order (a test keeps them equal)."""
-
-
-def _implied_dispatch(
-    *, call_id: str, attempt: int, tool_name: str, arguments: dict[str, Any], output: Any
-) -> dict[str, Any]:
-    # What the workflow knows of a dispatch record before the activity runs: the activity
-    # leaves these out of its outcome when they hold, so the history does not carry them
-    # twice. The record counts attempts from 1, the workflow from 0.
-    implied: dict[str, Any] = {
-        "call_id": call_id,
-        "attempt": attempt + 1,
-        "tool_name": tool_name,
-        "tool_kind": "static",
-        "principal_id": None,
-        "raw_arguments": arguments,
-        "ignored_arguments": [],
-        "effective_arguments": canonical_json(arguments),
-        "idempotency_key": None,
-        "status": "ok",
-        "text": None,
-        "source_call_id": None,
-        "lease_lost": False,
-    }
-    if isinstance(output, str):
-        implied["value"] = output
-    return implied
-
-
-def pack_dispatch(
-    record: dict[str, Any],
-    *,
-    call_id: str,
-    attempt: int,
-    tool_name: str,
-    arguments: dict[str, Any],
-    output: Any,
-) -> dict[str, Any]:
-    """Drop from a dispatch record (JSON form) what ``unpack_dispatch`` can put back.
-
-    Args:
-        record: ``DispatchRecord.model_dump(mode="json")``, possibly with extra keys.
-        call_id: the attempt's tool call id.
-        attempt: the workflow's attempt number (from 0).
-        tool_name: the tool the attempt ran.
-        arguments: the arguments the workflow sent.
-        output: the attempt's output as the outcome carries it.
-    """
-    implied = _implied_dispatch(
-        call_id=call_id, attempt=attempt, tool_name=tool_name, arguments=arguments, output=output
-    )
-    return {k: v for k, v in record.items() if k not in implied or v != implied[k]}
-
-
-def unpack_dispatch(
-    packed: dict[str, Any],
-    *,
-    call_id: str,
-    attempt: int,
-    tool_name: str,
-    arguments: dict[str, Any],
-    output: Any,
-) -> dict[str, Any]:
-    """The whole dispatch record again, in field order (a full record comes back as is)."""
-    implied = _implied_dispatch(
-        call_id=call_id, attempt=attempt, tool_name=tool_name, arguments=arguments, output=output
-    )
-    full = {
-        k: packed[k] if k in packed else implied[k]
-        for k in DISPATCH_FIELDS
-        if k in packed or k in implied
-    }
-    full.update((k, v) for k, v in packed.items() if k not in full)
-    return full
-
-
-# -- attempt timestamps on the wire -------------------------------------------------------
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICRO = timedelta(microseconds=1)
-
-
-def _micros(moment: datetime) -> int:
-    return (moment - _EPOCH) // _MICRO
-
-
-def _moment(micros: int) -> datetime:
-    return _EPOCH + micros * _MICRO
-
-
-def _iso_z(moment: datetime) -> str:
-    # The form pydantic gives a UTC datetime in JSON (the dispatch record's timestamps).
-    fraction = f".{moment.microsecond:06d}" if moment.microsecond else ""
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
-
-
-def _exact_micros(text: Any) -> int | None:
-    """Microseconds of an ISO text that ``_iso_z`` writes back exactly; else ``None``."""
-    if not isinstance(text, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if moment.utcoffset() != timedelta(0) or _iso_z(moment) != text:
-        return None
-    return _micros(moment)
-
-
-def _pack_times(outcome: AttemptOutcome, data: dict[str, Any]) -> list[int] | None:
-    """The outcome's times as ``AttemptOutcome._pack`` lists them.
-
-    The dispatch record's two leave ``data`` when they pack exactly.
-    """
-    started, finished = outcome.started_at, outcome.finished_at
-    if started is None or finished is None or started.utcoffset() != timedelta(0):
-        return None
-    if finished.utcoffset() != timedelta(0):
-        return None
-    duration = round(outcome.duration_ms * 1000)
-    if duration / 1000 != outcome.duration_ms:
-        return None  # more digits than microseconds: keep the float as it is
-    base = _micros(started)
-    times = [base, _micros(finished) - base, duration]
-    dispatch = data.get("dispatch")
-    if isinstance(dispatch, dict):
-        begun = _exact_micros(dispatch.get("started_at"))
-        ended = _exact_micros(dispatch.get("finished_at"))
-        if begun is not None and ended is not None:
-            data["dispatch"] = {
-                k: v for k, v in dispatch.items() if k not in ("started_at", "finished_at")
-            }
-            times += [begun - base, ended - base]
-    return times
-
-
-def _unpack_times(data: dict[str, Any]) -> dict[str, Any]:
-    data = dict(data)
-    base, finished, duration, *dispatch_times = data.pop("t")
-    data["started_at"] = _moment(base)
-    data["finished_at"] = _moment(base + finished)
-    data["duration_ms"] = duration / 1000
-    if dispatch_times and isinstance(data.get("dispatch"), dict):
-        begun, ended = dispatch_times
-        data["dispatch"] = {
-            **data["dispatch"],
-            "started_at": _iso_z(_moment(base + begun)),
-            "finished_at": _iso_z(_moment(base + ended)),
-        }
-    return data

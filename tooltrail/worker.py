@@ -9,7 +9,6 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -22,8 +21,10 @@ from tooltrail.activities import (
 )
 from tooltrail.activities.catalog import CatalogActivities
 from tooltrail.activities.conversation import ConversationActivities
+from tooltrail.activities.planning import TurnPlanner
 from tooltrail.activities.tool_execution import Recorder
 from tooltrail.codec import codec_from_settings, data_converter
+from tooltrail.converter import wire_data_converter
 from tooltrail.db.idempotency import SqlIdempotencyStore
 from tooltrail.db.migrate import check_schema, upgrade
 from tooltrail.db.store import AuditStore
@@ -61,6 +62,7 @@ __all__ = [
 PURE_MODULES = (
     "tooltrail.config",
     "tooltrail.detection",
+    "tooltrail.envelopes",
     "tooltrail.errors",
     "tooltrail.hooks",
     "tooltrail.llm",
@@ -109,7 +111,7 @@ def build_worker(
     """Build the worker of a tooltrail deployment; freezes the host's registry.
 
     Args:
-        client: a Temporal client using the pydantic data converter.
+        client: a Temporal client using tooltrail's data converter.
         host: the host wiring.
         task_queue: the task queue of the turn workflows.
         store: the audit database.
@@ -142,10 +144,11 @@ def build_worker(
         dispatcher=dispatcher,
     )
     audit = AuditActivities(recorder)
+    planner = TurnPlanner(host, store)
     extra_activities: list[Any] = []
     if host.model is not None:
         conversation = ConversationActivities(
-            host.model, recorder, host.verdicts, host.registry.openai_tools
+            host.model, recorder, planner, host.registry.openai_tools
         )
         extra_activities.append(conversation.model_turn)
     sessions = SessionActivities(scratch)
@@ -159,6 +162,7 @@ def build_worker(
             audit.record,
             sessions.cleanup,
             recovery.reflect,
+            planner.prepare,
             CatalogActivities(host).catalog,
             *extra_activities,
         ],
@@ -178,7 +182,7 @@ def _capacity(worker_options: dict[str, Any]) -> dict[str, Any]:
 
 
 def settings_data_converter(settings: Settings) -> DataConverter:
-    """The pydantic data converter, encrypting payloads when codec keys are configured.
+    """Tooltrail's data converter, encrypting payloads when codec keys are configured.
 
     With keys, failure messages and stack traces are moved into an encrypted payload as well
     (Temporal's encoded failure attributes): an exception's text (a loop stop naming a call's
@@ -187,7 +191,7 @@ def settings_data_converter(settings: Settings) -> DataConverter:
     """
     codec = codec_from_settings(settings)
     if codec is None:
-        return pydantic_data_converter
+        return wire_data_converter
     return data_converter(codec, encode_failure_messages=True)
 
 
@@ -211,7 +215,7 @@ async def connect_client(
     data_converter: DataConverter | None = None,
     **kwargs: Any,
 ) -> Client:
-    """Connect a Temporal client with the pydantic data converter (or the one given).
+    """Connect a Temporal client with tooltrail's data converter (or the one given).
 
     Raises:
         ConfigurationError: the server cannot be reached (with the address tried).
@@ -220,7 +224,7 @@ async def connect_client(
         return await Client.connect(
             address,
             namespace=namespace,
-            data_converter=data_converter or pydantic_data_converter,
+            data_converter=data_converter or wire_data_converter,
             **kwargs,
         )
     except RuntimeError as exc:
@@ -252,7 +256,7 @@ class Deployment:
 
 @contextlib.asynccontextmanager
 async def open_deployment(
-    host: Host | ToolRegistry | list[Tool],
+    host: Host | ToolRegistry | list[Tool] | None,
     *,
     temporal_address: str | None = None,
     namespace: str | None = None,
@@ -270,7 +274,8 @@ async def open_deployment(
     fails before anything connects; the Temporal client; the audit store.
 
     Args:
-        host: the host wiring (or a registry, or a list of tools).
+        host: the host wiring (or a registry, or a list of tools); ``None``: no tools (a
+            client that only starts turns).
         temporal_address: the Temporal frontend (default: the settings').
         namespace: the Temporal namespace (default: the settings').
         task_queue: the task queue (default: the settings').
@@ -286,7 +291,7 @@ async def open_deployment(
         ConfigurationError: Temporal cannot be reached.
     """
     settings = Settings()
-    wired = Host.coerce(host)
+    wired = Host() if host is None else Host.coerce(host)
     url = database_url or wired.database_url or settings.effective_database_url()
     if migrate:
         await upgrade(url)

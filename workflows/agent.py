@@ -23,19 +23,12 @@ from tooltrail.wire import (
     AgentRunOutput,
     CloseSessionInput,
     ModelPhase,
-    SessionState,
     TurnInput,
     TurnOutput,
 )
-from tooltrail.workflows.session import CLEANUP_RETRY, CLEANUP_TIMEOUT, PATCH_CLEANUP_BEST_EFFORT
+from tooltrail.workflows.session import CLEANUP_RETRY, CLEANUP_TIMEOUT
 
 __all__ = ["AgentRunWorkflow"]
-
-# Runs recorded before the session cleanup became a local activity schedule a regular one.
-_PATCH_LOCAL_CLEANUP = "session-cleanup-local"
-# Runs recorded before their turns kept the session state and tool results in the database
-# pass both from turn to turn through the run (ModelPhase.state_in_db).
-_PATCH_STATE_IN_DB = "agent-state-in-db"
 
 
 def _add(total: Usage, more: Usage | None) -> Usage:
@@ -75,7 +68,6 @@ class AgentRunWorkflow:
         # Each turn reads the session's state with the conversation and appends its own tool
         # results: the run's history carries neither, so a model turn's cost does not grow
         # with the run or with earlier turns' outputs.
-        state_in_db = workflow.patched(_PATCH_STATE_IN_DB)
         while carry.turn_index < inp.max_turns:
             if segment_turns >= inp.turns_per_segment or (
                 segment_turns > 0 and workflow.info().is_continue_as_new_suggested()
@@ -91,18 +83,11 @@ class AgentRunWorkflow:
                     calls=[],
                     advertised=inp.advertised,
                     config=inp.config,
-                    tools=inp.tools,
-                    features=inp.features,
-                    session=SessionState() if state_in_db else carry.session,
                     model=ModelPhase(
                         run_id=self._run_id,
                         start_seq=carry.next_seq,
                         new_messages=carry.new_messages,
                         settings=inp.settings,
-                        # The worker builds the catalog from its registry: tool schemas
-                        # can be large, and every turn's input stays in its history.
-                        catalog=None,
-                        state_in_db=state_in_db,
                         local=inp.local_model,
                     ),
                 ),
@@ -116,23 +101,15 @@ class AgentRunWorkflow:
             segment_turns += 1
             carry.usage = _add(carry.usage, output.usage)
             carry.next_seq += len(carry.new_messages) + 1
-            if output.session is not None:
-                carry.session = output.session
             assistant = output.assistant or Message.assistant("")
             self._stop_reason = output.stop_reason
             if not assistant.tool_calls:
                 await self._close_session(inp.session_id)
                 # A refusal is the answer: its text, and the stop reason says what it is.
                 return self._done(assistant.content or assistant.refusal or "", "answer")
-            if state_in_db:
-                # The turn stored its tool results after the answer; the next turn reads them.
-                carry.next_seq += len(assistant.tool_calls)
-                carry.new_messages = []
-            else:
-                carry.new_messages = [
-                    Message.from_result(result, name=call.name)
-                    for call, result in zip(assistant.tool_calls, output.results, strict=True)
-                ]
+            # The turn stored its tool results after the answer; the next turn reads them.
+            carry.next_seq += len(assistant.tool_calls)
+            carry.new_messages = []
             self._status = "tools"
         await self._close_session(inp.session_id)
         return self._done("", "max_turns")
@@ -149,28 +126,17 @@ class AgentRunWorkflow:
         )
 
     async def _close_session(self, session_id: str) -> None:
-        # The run is over: its scratch directory goes (best-effort, never fails the run).
-        if workflow.patched(_PATCH_LOCAL_CLEANUP):
-            # A local activity: no server round trip at the end of every run. It runs on the
-            # worker of this workflow task, which is as good a guess as any worker of the
-            # queue (scratch directories live on whichever workers ran the tools).
-            try:
-                await workflow.execute_local_activity(
-                    SESSION_CLEANUP,
-                    CloseSessionInput(session_id=session_id),
-                    result_type=bool,
-                    start_to_close_timeout=CLEANUP_TIMEOUT,
-                    retry_policy=CLEANUP_RETRY,
-                )
-            except (ActivityError, ApplicationError) as failure:
-                if not workflow.patched(PATCH_CLEANUP_BEST_EFFORT):
-                    raise
-                workflow.logger.warning("scratch cleanup of %r failed: %s", session_id, failure)
-            return
-        await workflow.execute_activity(
-            SESSION_CLEANUP,
-            CloseSessionInput(session_id=session_id),
-            result_type=bool,
-            start_to_close_timeout=CLEANUP_TIMEOUT,
-            retry_policy=CLEANUP_RETRY,
-        )
+        # The run is over: its scratch directory goes (best-effort, never fails the run). A
+        # local activity: no server round trip at the end of every run. It runs on the worker
+        # of this workflow task, which is as good a guess as any worker of the queue (scratch
+        # directories live on whichever workers ran the tools).
+        try:
+            await workflow.execute_local_activity(
+                SESSION_CLEANUP,
+                CloseSessionInput(session_id=session_id),
+                result_type=bool,
+                start_to_close_timeout=CLEANUP_TIMEOUT,
+                retry_policy=CLEANUP_RETRY,
+            )
+        except (ActivityError, ApplicationError) as failure:
+            workflow.logger.warning("scratch cleanup of %r failed: %s", session_id, failure)

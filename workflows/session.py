@@ -15,9 +15,6 @@ __all__ = ["CloseSessionWorkflow"]
 # The cleanup's bounds, shared with an agent run's own cleanup at its end.
 CLEANUP_TIMEOUT = timedelta(seconds=60)
 CLEANUP_RETRY = RetryPolicy(maximum_attempts=3)
-# Runs recorded before a failed cleanup was only logged (and answered False here) failed
-# instead: this workflow, and an agent run after its answer.
-PATCH_CLEANUP_BEST_EFFORT = "session-cleanup-best-effort"
 
 
 @workflow.defn(name="CloseSessionWorkflow")
@@ -36,8 +33,6 @@ class CloseSessionWorkflow:
                 retry_policy=CLEANUP_RETRY,
             )
         except ActivityError as failure:
-            if not workflow.patched(PATCH_CLEANUP_BEST_EFFORT):
-                raise
             workflow.logger.warning("scratch cleanup of %r failed: %s", inp.session_id, failure)
             return False
         return removed

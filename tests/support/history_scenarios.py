@@ -1,9 +1,10 @@
-"""Recorded turns for the replay corpus: every pipeline path that has landed.
+"""Recorded turns for the replay corpus: one history per pipeline path and workflow type.
 
-``python -m tests.support.history_scenarios [NAME ...]`` (or ``make histories``) runs the scenarios
-(all, or the named ones) on a fresh embedded Temporal server and writes each history to
-``tests/histories/<name>.json``. Record only new paths: the old files are the proof that a
-workflow change still replays turns recorded before it (or it needs ``workflow.patched``).
+``python -m tests.support.history_scenarios [NAME ...]`` (or ``make histories``) runs the
+scenarios (all, or the named ones) on a fresh embedded Temporal server and writes each
+history to ``tests/histories/<name>.json``. Record only new paths (by name): the files
+already there are the proof that a workflow change still replays the turns recorded before
+it, or that it needs ``workflow.patched`` (see the README's "Upgrading").
 """
 
 from __future__ import annotations
@@ -286,7 +287,7 @@ async def batched_audit(tt: Tooltrail) -> str:
     return turn.turn_id
 
 
-async def agent_turn(tt: Tooltrail) -> str:
+async def model_turn(tt: Tooltrail) -> str:
     # One model turn of an agent run (a child TurnWorkflow with the model phase and tools).
     result = await tt.run_agent("go", session_id="hist-agent-turn", turns_per_segment=2)
     return result.turns[1]
@@ -402,6 +403,18 @@ async def agent_run(tt: Tooltrail) -> str:
     return result.run_id
 
 
+async def tool_catalog(tt: Tooltrail) -> str:
+    # A client asks a worker which tools it serves (what Tooltrail.worker_tools runs).
+    workflow_id = f"tool-catalog-{uuid.uuid4()}"
+    from tooltrail.wire import WorkerCatalog
+
+    catalog = await tt.client.execute_workflow(
+        "ToolCatalogWorkflow", id=workflow_id, task_queue=tt.task_queue, result_type=WorkerCatalog
+    )
+    assert "echo" in catalog.names, catalog
+    return workflow_id
+
+
 async def close_session(tt: Tooltrail) -> str:
     await tt.run_turn([ToolCall("c1", "echo", {"text": "x"})], session_id="closing")
     workflow_id = f"close-session-closing-{uuid.uuid4()}"
@@ -430,21 +443,13 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "hooks_and_approval": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
     "shadow_replay": (shadow_replay, Host(TOOLS)),
     "batched_audit": (batched_audit, Host(TOOLS, reflector=AlwaysRecoverable())),
-    "hooks_and_approval_batched": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
-    "agent_run_batched": (agent_run, Host(TOOLS, model=agent_model())),
-    "agent_run_local_cleanup": (agent_run, Host(TOOLS, model=agent_model())),
-    "model_turn_batched": (agent_turn, Host(TOOLS, model=agent_model())),
-    # The compact wire (packed times, unsaid turn id, tool name and success flags).
-    "compact_wire_retries": (batched_audit, Host(TOOLS, reflector=AlwaysRecoverable())),
-    "compact_wire_corrections": (corrections, Host(TOOLS, reflector=FixThenSwitch())),
-    # Agent turns that read the session state and store their results (state_in_db).
-    "agent_run_state_in_db": (agent_run, Host(TOOLS, model=agent_model())),
-    "model_turn_state_in_db": (agent_turn, Host(TOOLS, model=agent_model())),
+    "model_turn": (model_turn, Host(TOOLS, model=agent_model())),
     "model_turn_local_model": (local_model_turn, Host(TOOLS, model=agent_model())),
     "local_attempt_spent": (local_attempt_spent, Host([*TOOLS, charge_local])),
     "model_call_cancelled": (model_call_cancelled, Host(TOOLS, model=SlowModel())),
     "reflector_cancelled": (reflector_cancelled, Host(TOOLS, reflector=PonderingReflector())),
     "close_session_fails": (close_session_fails, Host(TOOLS)),
+    "tool_catalog": (tool_catalog, Host(TOOLS)),
     "agent_cleanup_fails": (cleanup_fails, Host(TOOLS, model=ScriptedModel([text_response("ok")]))),
     "model_turn_parallel": (
         parallel_model_turn,

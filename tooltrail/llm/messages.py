@@ -40,7 +40,9 @@ __all__ = [
 ]
 
 MODEL_COMPLETE = "tooltrail.model.complete"
-"""Activity: one model completion (``ModelRequest`` in, ``ModelResponse`` out)."""
+"""Reserved: the name of a model-completion activity no worker registers (agent turns ask
+the model through ``tooltrail.model.turn``, ``tooltrail.wire.MODEL_TURN``). Kept as a public
+name of ``tooltrail.llm``; never reuse it for another activity."""
 
 Role = Literal["system", "user", "assistant", "tool"]
 """Who speaks a message."""

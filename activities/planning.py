@@ -1,0 +1,76 @@
+"""The turn's plan: what only the worker can decide, because the tools live there.
+
+The parallel-safety verdicts and the memoize paths run the tools' own declarations on the
+calls' arguments; the tools' settings, the host's features and the advertised names come
+from the worker's host wiring; the session's state comes from the database. A client that
+only starts turns therefore needs no tool code (and cannot disagree with the workers about
+it). A standalone turn asks for its plan first, in a local activity (no server round trip;
+only the plan enters the history); an agent turn gets it with the model's answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from temporalio import activity
+
+from tooltrail.db.store import AuditStore
+from tooltrail.host import Host
+from tooltrail.results import ToolCall
+from tooltrail.wire import TURN_PREPARE, HostFeatures, PrepareTurn, ToolMeta, TurnPlan
+
+__all__ = ["TurnPlanner"]
+
+
+class TurnPlanner:
+    """Plans turns from the worker's host wiring; one instance per worker."""
+
+    def __init__(self, host: Host, store: AuditStore) -> None:
+        """Wire the host (its tools, hooks, middleware) and the database (session state)."""
+        self.host = host
+        self.store = store
+        # The registry is frozen once the worker exists: its settings are worked out once.
+        self._tools = {name: meta for name, meta in host.tool_meta().items() if meta != ToolMeta()}
+        self._features = HostFeatures(hooks=bool(host.hooks), memory=host.memory)
+
+    def plan(
+        self,
+        calls: Sequence[ToolCall],
+        *,
+        advertised: list[str] | None,
+        parallel: bool,
+        memo: bool = True,
+    ) -> TurnPlan:
+        """Decide a turn's calls (the session's state is left at its default).
+
+        Args:
+            calls: the turn's calls, in the model's order.
+            advertised: the names the turn advertises; ``None``: the worker's tools.
+            parallel: judge the calls for parallel waves.
+            memo: include the host's memoize plan and the calls' paths.
+        """
+        plan = TurnPlan(
+            advertised=self.host.registry.names() if advertised is None else None,
+            tools=dict(self._tools),
+            features=self._features,
+            verdicts=self.host.verdicts(calls) if parallel else None,
+        )
+        memoizer = self.host.memoizer() if memo else None
+        if memoizer is not None:
+            paths = {}
+            for call in calls:
+                if isinstance(call.arguments, dict):
+                    found = memoizer.paths(call.name, call.arguments)
+                    if found:
+                        paths[call.id] = found
+            plan.memo = memoizer.plan()
+            plan.memo_paths = paths
+        return plan
+
+    @activity.defn(name=TURN_PREPARE)
+    async def prepare(self, inp: PrepareTurn) -> TurnPlan:
+        """Plan a standalone turn, with its session's state as the previous turn saved it."""
+        plan = self.plan(inp.calls, advertised=inp.advertised, parallel=inp.parallel)
+        if not inp.shadow:  # a shadow starts from the original turn's state, saves nothing
+            plan.session = await self.store.session_state(inp.session_id)
+        return plan

@@ -1,0 +1,105 @@
+"""The state of one ``TurnWorkflow`` run, as one explicit model handed to the turn's parts.
+
+The shell (``turn``), one call's pipeline (``attempt``) and the trail (``trail``) share
+this object and nothing else: each reads and changes the fields it owns, through the
+others' methods where a field is theirs (the trail's bookkeeping is the trail's).
+Deterministic code only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tooltrail.detection import LoopDetector
+from tooltrail.memoize import MemoCache
+from tooltrail.wire import (
+    ApprovalInput,
+    AuditEvent,
+    ConversationAppend,
+    MemoryEntry,
+    PendingApproval,
+    SessionState,
+    TurnInput,
+    TurnPlan,
+    TurnRecord,
+)
+
+__all__ = ["TrailState", "TurnState"]
+
+
+@dataclass
+class TrailState:
+    """The trail's bookkeeping: numbering, pending records, what was written."""
+
+    last_write: datetime
+    """When the last batch was written (or the turn started)."""
+    next_seq: int = 0
+    """The ``seq`` of the next event."""
+    events: list[AuditEvent] = field(default_factory=list)
+    """Events not written yet, in ``seq`` order."""
+    memory: list[MemoryEntry] = field(default_factory=list)
+    """Memory entries not written yet."""
+    in_flight: set[int] = field(default_factory=set)
+    """Records handed to an activity that has not reported yet (memory entries as -1 - seq)."""
+    record_written: TurnRecord | None = None
+    """The turn row as it was last written (``None``: never)."""
+
+
+@dataclass
+class TurnState:
+    """What one turn knows while it runs."""
+
+    input: TurnInput
+    """What the turn was asked (a model phase replaces its calls)."""
+    record: TurnRecord
+    """The turn's row as it stands now."""
+    trail: TrailState
+    """The trail's bookkeeping (``workflows.trail.Trail`` owns it)."""
+    plan: TurnPlan = field(default_factory=TurnPlan)
+    """What the worker decided for the turn's calls (tools, features, verdicts, memo)."""
+    detector: LoopDetector = field(default_factory=LoopDetector)
+    """The loop detector: the session's window, updated by every attempt."""
+    memo: MemoCache = field(default_factory=MemoCache)
+    """The session's memoize cache."""
+    session_version: int = 0
+    """The session state's version as the previous turn saved it."""
+    finished: list[str] = field(default_factory=list)
+    """Calls that have their result, in the order they got it."""
+    waiting: dict[str, PendingApproval] = field(default_factory=dict)
+    """Calls parked on a hook's ``Ask``, by call id."""
+    answers: dict[str, ApprovalInput] = field(default_factory=dict)
+    """Approvals received and not yet taken up, by call id."""
+    conversation: ConversationAppend | None = None
+    """An agent turn's tool results for its run's conversation (with the final record)."""
+
+    @property
+    def advertised(self) -> list[str]:
+        """The names advertised for the turn: the input's, or else the worker's."""
+        if self.input.advertised is not None:
+            return self.input.advertised
+        return self.plan.advertised or []
+
+    def adopt(self, plan: TurnPlan) -> None:
+        """Take up the worker's plan, and the session-scoped state the previous turn left.
+
+        A shadow replay starts from the state the original turn started with.
+        """
+        self.plan = plan
+        state = plan.session
+        start = state.detector
+        if self.input.shadow is not None:
+            start = self.input.shadow.detector or type(start)()
+        self.detector = start.model_copy(deep=True)
+        self.memo = state.memo.model_copy(deep=True)
+        self.session_version = state.version
+        if plan.memo is not None:
+            self.memo.expire(plan.memo, self.session_version)
+
+    def final_session(self) -> SessionState | None:
+        """The session's state as this turn leaves it; ``None`` for a shadow (saves nothing)."""
+        if self.input.shadow is not None:
+            return None
+        return SessionState(
+            version=self.session_version + 1, detector=self.detector, memo=self.memo
+        )
