@@ -20,7 +20,8 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 # .dockerignore keeps .venv, .git, caches, tests and local databases out of this copy.
 COPY . .
-RUN pip install --no-cache-dir . \
+# The model clients (optional extras) so `tooltrail worker` can serve agent runs.
+RUN pip install --no-cache-dir ".[openai,anthropic]" \
     && python -c "from tooltrail.db.migrate import migrations_dir; print('migrations:', migrations_dir())"
 
 ############################## runtime ##############################
