@@ -570,7 +570,8 @@ async def _with_store(url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
 def audit_list(
     session: Annotated[str | None, typer.Option(help="Only this session.")] = None,
     status: Annotated[
-        str | None, typer.Option(help="completed, failed, cancelled or running.")
+        str | None,
+        typer.Option(help="completed, failed, cancelled, terminated, timed_out or running."),
     ] = None,
     tool: Annotated[str | None, typer.Option(help="Only turns that called this tool.")] = None,
     since: Annotated[str | None, typer.Option(help="Started at or after (ISO time).")] = None,
@@ -680,6 +681,51 @@ def audit_show(
 
         results = [ToolDispatchResult.model_validate(r) for r in end.payload["results"]]
         print_table(console, results_table(results, title="Results returned to the model"))
+
+
+@audit_app.command("reconcile")
+def audit_reconcile(
+    since: Annotated[
+        str | None, typer.Option(help="Only turns started at or after (ISO time).")
+    ] = None,
+    temporal_address: AddressOption = None,
+    database_url: DatabaseOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Give turns that ended outside tooltrail (terminated, timed out, ...) their true status."""
+    from tooltrail.reconcile import reconcile
+
+    started_since = _parse_time(since)
+
+    async def go(store: Any) -> Any:
+        return await reconcile(await _client(temporal_address), store, since=started_since)
+
+    report = _run(_with_store(_database_url(database_url), go))
+    if json_output:
+        print_json(console, report.model_dump(mode="json"))
+        return
+    console.print(
+        Text(
+            f"{report.checked} running turns checked: {len(report.changed)} reconciled, "
+            f"{report.still_running} running in Temporal too, "
+            f"{len(report.missing)} unknown to Temporal"
+        ),
+        soft_wrap=True,
+    )
+    for item in report.changed:
+        console.print(
+            Text(f"{item.turn_id}: running -> ")
+            + Text(str(item.status), style="bold")
+            + Text(f" ({item.detail})" if item.detail else ""),
+            soft_wrap=True,
+        )
+    for item in report.missing:
+        console.print(
+            Text(f"{item.turn_id}: ")
+            + Text("unknown to Temporal", style="yellow")
+            + Text(f" ({item.detail}); its row is left running"),
+            soft_wrap=True,
+        )
 
 
 def _client_options() -> tuple[str, str]:
