@@ -341,9 +341,10 @@ class BackgroundReconciler:
                 except Exception:  # a database or Temporal outage: next pass
                     log.warning("background reconciliation failed; next pass", exc_info=True)
         finally:
-            await self._release()
+            await self.release()
 
-    async def _release(self) -> None:
+    async def release(self) -> None:
+        """Let go of the lease (if this worker holds it), so another worker takes it at once."""
         with contextlib.suppress(Exception):
             async with self.store.sessions.begin() as session:
                 await release_lease(session, name=LEASE_NAME, holder=self.holder)
