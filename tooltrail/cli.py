@@ -728,6 +728,70 @@ def audit_reconcile(
         )
 
 
+EXIT_MISMATCH = 1
+"""``audit verify``: the trail and Temporal's history disagree."""
+EXIT_CANNOT_CHECK = 2
+"""``audit verify``: a turn could not be checked (unknown turn, history gone, no keys)."""
+
+
+@audit_app.command("verify")
+def audit_verify(
+    turn_id: Annotated[str | None, typer.Argument(help="The turn to verify.")] = None,
+    session: Annotated[str | None, typer.Option(help="Every turn of this session.")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Every turn started at or after (ISO time).")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="At most this many turns.")] = 1000,
+    temporal_address: AddressOption = None,
+    database_url: DatabaseOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Check turns' trails against Temporal's histories; exit 1 on a mismatch, 2 unchecked."""
+    from tooltrail.verify import verify_turn, verify_turns
+
+    if (turn_id is None) == (session is None and since is None):
+        raise typer.BadParameter("give a TURN, or --session S and/or --since T")
+    started_since = _parse_time(since)
+
+    async def go(store: Any) -> list[Any]:
+        client = await _client(temporal_address)
+        if turn_id is not None:
+            return [await verify_turn(client, store, turn_id)]
+        return await verify_turns(
+            client, store, session_id=session, since=started_since, limit=limit
+        )
+
+    reports = _run(_with_store(_database_url(database_url), go))
+    mismatch = any(not r.ok and r.checkable for r in reports)
+    unchecked = not reports or any(not r.checkable for r in reports)
+    if json_output:
+        print_json(console, [report.model_dump(mode="json") for report in reports])
+    elif not reports:
+        _error_line("no turns match: nothing to verify (`tooltrail audit list` shows turns)")
+    for report in [] if json_output else reports:
+        mark = (
+            Text("ok      ", style="green")
+            if report.ok
+            else Text("MISMATCH", style="red")
+            if report.checkable
+            else Text("UNCHECKED", style="yellow")
+        )
+        console.print(
+            mark
+            + Text(
+                f" {report.turn_id}: {report.attempts_checked} tool attempts checked, "
+                f"trail {report.trail_status}, Temporal {report.temporal_status}"
+            ),
+            soft_wrap=True,
+        )
+        for problem in report.problems:
+            console.print(Text(f"  {problem.kind}: {problem.detail}"), soft_wrap=True)
+    if mismatch:
+        raise typer.Exit(EXIT_MISMATCH)
+    if unchecked:
+        raise typer.Exit(EXIT_CANNOT_CHECK)
+
+
 def _client_options() -> tuple[str, str]:
     settings = Settings()
     return settings.temporal_address, settings.namespace

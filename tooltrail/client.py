@@ -59,6 +59,7 @@ from tooltrail.settings import Settings
 from tooltrail.telemetry import ensure_configured
 from tooltrail.text import nesting_exceeds
 from tooltrail.tools import Tool, ToolRegistry
+from tooltrail.verify import VerifyReport, verify_turn
 from tooltrail.wire import (
     AgentCarry,
     AgentProgress,
@@ -741,6 +742,15 @@ class Tooltrail:
         ``missing`` and left as they are. See ``tooltrail.reconcile``.
         """
         return await reconcile(self.client, self.store, since=since)
+
+    async def verify(self, turn_id: str) -> VerifyReport:
+        """Check a turn's audit trail against Temporal's history of it; writes nothing.
+
+        The report's ``ok`` is True when they agree; each ``problems`` entry has a ``kind``
+        and a ``detail`` (see ``tooltrail.verify``). ``checkable`` is False when the turn
+        could not be checked (unknown turn, history deleted by retention, no codec keys).
+        """
+        return await verify_turn(self.client, self.store, turn_id)
 
     async def memory(self, session_id: str) -> list[MemoryEntry]:
         """Return a session's memory entries."""
