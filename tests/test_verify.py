@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import delete, select, update
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
@@ -20,7 +21,7 @@ from tests.test_reconcile import HOST, running_turn, until_status
 from tooltrail import RunConfig, ToolCall, Tooltrail
 from tooltrail.db.orm import AuditEventRow, BlobRow, TurnRow
 from tooltrail.settings import Settings
-from tooltrail.verify import verify_turn
+from tooltrail.verify import verify_turn, verify_turns
 from tooltrail.worker import settings_data_converter
 
 LONG = "x" * 400
@@ -247,3 +248,15 @@ async def test_verify_with_the_payload_codec_on(
         await edit_output(tt, turn_id, "a", "hello")
         done = await asyncio.to_thread(run_cli, args, tmp_path, TOOLTRAIL_CODEC_KEYS=KEYS)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("bad", ["", "turn\x00nul", "t" * 1000])
+async def test_ids_no_turn_can_have_are_unknown_on_every_database(
+    stack: StackFactory, db_url: str, bad: str
+) -> None:
+    async with stack(HOST, database_url=db_url) as tt:
+        report = await tt.verify(bad)
+        assert not report.checkable
+        assert [p.kind for p in report.problems] == ["unknown_turn"]
+        assert "no turn can have this id" in report.problems[0].detail
+        assert await verify_turns(tt.client, tt.store, session_id=bad) == []

@@ -11,7 +11,9 @@ Contracts for scripts and CI (README, "Command line"):
   logging (tooltrail's formatter and secret filter, on stderr);
 - exit codes: 0 done, 1 an error (one line on stderr saying what is wrong and what to do, no
   traceback), 2 a usage error, 3 a check found something (``rerun`` with differences,
-  ``audit list --stuck`` with stuck turns, ``db current`` behind the code's head);
+  ``audit list --stuck`` with stuck turns, ``db current`` behind the code's head); except
+  ``audit verify`` (issue 18): 1 the trail and Temporal's history disagree, 2 a turn could
+  not be checked;
 - ids are shown whole, and whatever a model or caller chose is never read as markup
   (``tooltrail.render``).
 """

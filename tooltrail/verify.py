@@ -175,6 +175,23 @@ async def _completed_attempts(
     return attempts, status
 
 
+_MAX_ID = 255
+"""The ``turn`` table's id length (PostgreSQL refuses longer values where SQLite keeps them)."""
+
+
+def _id_fault(value: str) -> str:
+    if not value:
+        return "it is empty"
+    if "\x00" in value:
+        return "it holds a NUL character"
+    return f"it is {len(value)} characters long, more than {_MAX_ID}"
+
+
+def _possible_id(value: str) -> bool:
+    """Whether a turn or session id could be stored at all (asked before any query)."""
+    return bool(value) and "\x00" not in value and len(value) <= _MAX_ID
+
+
 def _seq_problems(turn_id: str, events: list[AuditEvent]) -> list[Problem]:
     seqs = [event.seq for event in events]
     if not seqs:
@@ -201,6 +218,10 @@ async def verify_turn(client: Client, store: AuditStore, turn_id: str) -> Verify
         RPCError: Temporal could not answer (other than "not found").
     """
     report = VerifyReport(turn_id=turn_id)
+    if not _possible_id(turn_id):
+        detail = f"no turn can have this id ({_id_fault(turn_id)}): there is nothing to check"
+        report.problems.append(Problem(kind="unknown_turn", turn_id=turn_id, detail=detail))
+        return report
     row = await store.turn(turn_id)
     trail = await store.events(turn_id)
     report.trail_status = row.status if row is not None else None
@@ -308,6 +329,11 @@ async def verify_turns(
     since: datetime | None = None,
     limit: int = 1000,
 ) -> list[VerifyReport]:
-    """Verify the turns of a session, or started since a time (newest first)."""
+    """Verify the turns of a session, or started since a time (newest first).
+
+    A session id no turn can have (empty, with a NUL, too long) matches no turn.
+    """
+    if session_id is not None and not _possible_id(session_id):
+        return []
     turns = await store.turns(session_id=session_id, since=since, limit=limit)
     return [await verify_turn(client, store, turn.turn_id) for turn in turns]
