@@ -17,9 +17,10 @@ from temporalio.testing import WorkflowEnvironment
 from tests.conftest import StackFactory
 from tests.support.cli_runner import run_cli
 from tests.test_encrypted_ops import KEYS, running
-from tests.test_reconcile import HOST, running_turn, until_status
-from tooltrail import RunConfig, ToolCall, Tooltrail
+from tests.test_reconcile import HOST, echo, running_turn, temporal_cli, until_status
+from tooltrail import Host, RunConfig, ToolCall, Tooltrail
 from tooltrail.db.orm import AuditEventRow, BlobRow, TurnRow
+from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 from tooltrail.settings import Settings
 from tooltrail.verify import verify_turn, verify_turns
 from tooltrail.worker import settings_data_converter
@@ -190,8 +191,12 @@ async def test_cli_audit_verify_exit_codes(
         return asyncio.to_thread(run_cli, ["audit", "verify", *args, *common], tmp_path)
 
     async with stack(HOST, database_url=db_url) as tt:
+        since = datetime.now(UTC).isoformat()
         first = await clean_turn(tt, session_id)
         second = await clean_turn(tt, session_id)
+        done = await cli("--since", since, "--json")
+        assert done.returncode == 0, done.stderr
+        assert sorted(r["turn_id"] for r in json.loads(done.stdout)) == sorted([first, second])
         done = await cli(first)
         assert done.returncode == 0, done.stderr
         assert "ok" in done.stdout and first in done.stdout
@@ -260,3 +265,36 @@ async def test_ids_no_turn_can_have_are_unknown_on_every_database(
         assert [p.kind for p in report.problems] == ["unknown_turn"]
         assert "no turn can have this id" in report.problems[0].detail
         assert await verify_turns(tt.client, tt.store, session_id=bad) == []
+
+
+async def test_agent_run_turns_verify_and_a_run_id_is_not_a_turn(
+    stack: StackFactory, db_url: str
+) -> None:
+    model = ScriptedModel(
+        [tool_call_response(("m1", "echo", {"text": "hi"})), text_response("done")]
+    )
+    async with stack(Host([echo], model=model), database_url=db_url) as tt:
+        result = await tt.run_agent("go", session_id=f"agent-{uuid.uuid4()}")
+        assert len(result.turns) == 2
+        reports = [await tt.verify(turn_id) for turn_id in result.turns]
+        assert all(r.ok for r in reports), [r.problems for r in reports]
+        assert reports[0].attempts_checked == 1
+        report = await tt.verify(result.run_id)
+        assert not report.checkable
+        assert "AgentRunWorkflow" in report.problems[0].detail
+
+
+async def test_a_turn_cancelled_with_the_temporal_cli_records_itself_and_verifies(
+    stack: StackFactory, db_url: str, temporal_env: WorkflowEnvironment
+) -> None:
+    async with stack(HOST, database_url=db_url) as tt:
+        turn_id = await running_turn(tt)
+        temporal_cli(temporal_env, "workflow", "cancel", "--workflow-id", turn_id)
+        await until_status(tt, turn_id, WorkflowExecutionStatus.CANCELED)
+        # A worker was there: the turn wrote its own end; nothing is left to reconcile.
+        row = await tt.store.turn(turn_id)
+        assert row is not None and row.status == "cancelled"
+        report = await tt.reconcile()
+        assert turn_id not in [c.turn_id for c in report.changed]
+        verified = await tt.verify(turn_id)
+        assert verified.ok and verified.temporal_status == "cancelled", verified.problems
