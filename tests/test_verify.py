@@ -15,7 +15,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import StackFactory
-from tests.support.cli_runner import run_cli
+from tests.support.cli_runner import error_lines, run_cli
 from tests.test_encrypted_ops import KEYS, running
 from tests.test_reconcile import HOST, echo, running_turn, temporal_cli, until_status
 from tooltrail import Host, RunConfig, ToolCall, Tooltrail
@@ -298,3 +298,12 @@ async def test_a_turn_cancelled_with_the_temporal_cli_records_itself_and_verifie
         assert turn_id not in [c.turn_id for c in report.changed]
         verified = await tt.verify(turn_id)
         assert verified.ok and verified.temporal_status == "cancelled", verified.problems
+
+
+def test_cli_verify_without_temporal_cannot_check(tmp_path: Path) -> None:
+    # An error is "cannot check" (2), never read as a mismatch (1).
+    done = run_cli(
+        ["audit", "verify", "turn-x", "--temporal-address", "127.0.0.1:1"], tmp_path, timeout=120
+    )
+    assert done.returncode == 2, done.stderr
+    assert len(error_lines(done.stderr)) == 1

@@ -763,7 +763,12 @@ def audit_verify(
             client, store, session_id=session, since=started_since, limit=limit
         )
 
-    reports = _run(_with_store(_database_url(database_url), go))
+    try:
+        reports = _run(_with_store(_database_url(database_url), go))
+    except typer.Exit as failed:
+        # An error (Temporal unreachable, a database behind): nothing was checked, and 1
+        # would read as a mismatch here.
+        raise typer.Exit(EXIT_CANNOT_CHECK) from failed
     mismatch = any(not r.ok and r.checkable for r in reports)
     unchecked = not reports or any(not r.checkable for r in reports)
     if json_output:
