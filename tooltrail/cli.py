@@ -11,7 +11,9 @@ Contracts for scripts and CI (README, "Command line"):
   logging (tooltrail's formatter and secret filter, on stderr);
 - exit codes: 0 done, 1 an error (one line on stderr saying what is wrong and what to do, no
   traceback), 2 a usage error, 3 a check found something (``rerun`` with differences,
-  ``audit list --stuck`` with stuck turns, ``db current`` behind the code's head);
+  ``audit list --stuck`` with stuck turns, ``db current`` behind the code's head); except
+  ``audit verify`` (issue 18): 1 the trail and Temporal's history disagree, 2 a turn could
+  not be checked;
 - ids are shown whole, and whatever a model or caller chose is never read as markup
   (``tooltrail.render``).
 """
@@ -570,7 +572,8 @@ async def _with_store(url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
 def audit_list(
     session: Annotated[str | None, typer.Option(help="Only this session.")] = None,
     status: Annotated[
-        str | None, typer.Option(help="completed, failed, cancelled or running.")
+        str | None,
+        typer.Option(help="completed, failed, cancelled, terminated, timed_out or running."),
     ] = None,
     tool: Annotated[str | None, typer.Option(help="Only turns that called this tool.")] = None,
     since: Annotated[str | None, typer.Option(help="Started at or after (ISO time).")] = None,
@@ -680,6 +683,120 @@ def audit_show(
 
         results = [ToolDispatchResult.model_validate(r) for r in end.payload["results"]]
         print_table(console, results_table(results, title="Results returned to the model"))
+
+
+@audit_app.command("reconcile")
+def audit_reconcile(
+    since: Annotated[
+        str | None, typer.Option(help="Only turns started at or after (ISO time).")
+    ] = None,
+    temporal_address: AddressOption = None,
+    database_url: DatabaseOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Give turns that ended outside tooltrail (terminated, timed out, ...) their true status."""
+    from tooltrail.reconcile import reconcile
+
+    started_since = _parse_time(since)
+
+    async def go(store: Any) -> Any:
+        return await reconcile(await _client(temporal_address), store, since=started_since)
+
+    report = _run(_with_store(_database_url(database_url), go))
+    if json_output:
+        print_json(console, report.model_dump(mode="json"))
+        return
+    console.print(
+        Text(
+            f"{report.checked} running turns checked: {len(report.changed)} reconciled, "
+            f"{report.still_running} running in Temporal too, "
+            f"{len(report.missing)} unknown to Temporal"
+        ),
+        soft_wrap=True,
+    )
+    for item in report.changed:
+        console.print(
+            Text(f"{item.turn_id}: running -> ")
+            + Text(str(item.status), style="bold")
+            + Text(f" ({item.detail})" if item.detail else ""),
+            soft_wrap=True,
+        )
+    for item in report.missing:
+        console.print(
+            Text(f"{item.turn_id}: ")
+            + Text("unknown to Temporal", style="yellow")
+            + Text(f" ({item.detail}); its row is left running"),
+            soft_wrap=True,
+        )
+
+
+EXIT_MISMATCH = 1
+"""``audit verify``: the trail and Temporal's history disagree."""
+EXIT_CANNOT_CHECK = 2
+"""``audit verify``: a turn could not be checked (unknown turn, history gone, no keys)."""
+
+
+@audit_app.command("verify")
+def audit_verify(
+    turn_id: Annotated[str | None, typer.Argument(help="The turn to verify.")] = None,
+    session: Annotated[str | None, typer.Option(help="Every turn of this session.")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Every turn started at or after (ISO time).")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="At most this many turns.")] = 1000,
+    temporal_address: AddressOption = None,
+    database_url: DatabaseOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Check turns' trails against Temporal's histories; exit 1 on a mismatch, 2 unchecked."""
+    from tooltrail.verify import verify_turn, verify_turns
+
+    if (turn_id is None) == (session is None and since is None):
+        raise typer.BadParameter("give a TURN, or --session S and/or --since T")
+    started_since = _parse_time(since)
+
+    async def go(store: Any) -> list[Any]:
+        client = await _client(temporal_address)
+        if turn_id is not None:
+            return [await verify_turn(client, store, turn_id)]
+        return await verify_turns(
+            client, store, session_id=session, since=started_since, limit=limit
+        )
+
+    try:
+        reports = _run(_with_store(_database_url(database_url), go))
+    except typer.Exit as failed:
+        # An error (Temporal unreachable, a database behind): nothing was checked, and 1
+        # would read as a mismatch here.
+        raise typer.Exit(EXIT_CANNOT_CHECK) from failed
+    mismatch = any(not r.ok and r.checkable for r in reports)
+    unchecked = not reports or any(not r.checkable for r in reports)
+    if json_output:
+        print_json(console, [report.model_dump(mode="json") for report in reports])
+    elif not reports:
+        _error_line("no turns match: nothing to verify (`tooltrail audit list` shows turns)")
+    for report in [] if json_output else reports:
+        mark = (
+            Text("ok      ", style="green")
+            if report.ok
+            else Text("MISMATCH", style="red")
+            if report.checkable
+            else Text("UNCHECKED", style="yellow")
+        )
+        console.print(
+            mark
+            + Text(
+                f" {report.turn_id}: {report.attempts_checked} tool attempts checked, "
+                f"trail {report.trail_status}, Temporal {report.temporal_status}"
+            ),
+            soft_wrap=True,
+        )
+        for problem in report.problems:
+            console.print(Text(f"  {problem.kind}: {problem.detail}"), soft_wrap=True)
+    if mismatch:
+        raise typer.Exit(EXIT_MISMATCH)
+    if unchecked:
+        raise typer.Exit(EXIT_CANNOT_CHECK)
 
 
 def _client_options() -> tuple[str, str]:

@@ -51,6 +51,7 @@ from tooltrail.errors import (
 )
 from tooltrail.host import Host
 from tooltrail.llm.messages import Message
+from tooltrail.reconcile import ReconcileReport, background_reconciliation, reconcile
 from tooltrail.replays import RecordedTurn, RerunReport, compare, load_turn
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.scratch import ScratchDirs
@@ -58,6 +59,7 @@ from tooltrail.settings import Settings
 from tooltrail.telemetry import ensure_configured
 from tooltrail.text import nesting_exceeds
 from tooltrail.tools import Tool, ToolRegistry
+from tooltrail.verify import VerifyReport, verify_turn
 from tooltrail.wire import (
     AgentCarry,
     AgentProgress,
@@ -730,6 +732,26 @@ class Tooltrail:
         """Return a turn's audit trail, ordered by ``seq``."""
         return await self.store.events(turn_id)
 
+    async def reconcile(self, since: datetime | None = None) -> ReconcileReport:
+        """Give turns that ended outside tooltrail their true status; return what changed.
+
+        Every turn whose row says ``running`` (started at or after ``since``) is looked up in
+        Temporal (one describe each); those Temporal reports closed (terminated, timed out,
+        cancelled, failed, completed) move to that status with a ``turn_reconciled`` event.
+        Turns Temporal no longer knows (history deleted by retention) are listed in
+        ``missing`` and left as they are. See ``tooltrail.reconcile``.
+        """
+        return await reconcile(self.client, self.store, since=since)
+
+    async def verify(self, turn_id: str) -> VerifyReport:
+        """Check a turn's audit trail against Temporal's history of it; writes nothing.
+
+        The report's ``ok`` is True when they agree; each ``problems`` entry has a ``kind``
+        and a ``detail`` (see ``tooltrail.verify``). ``checkable`` is False when the turn
+        could not be checked (unknown turn, history deleted by retention, no codec keys).
+        """
+        return await verify_turn(self.client, self.store, turn_id)
+
     async def memory(self, session_id: str) -> list[MemoryEntry]:
         """Return a session's memory entries."""
         return await self.store.memory(session_id)
@@ -830,11 +852,14 @@ async def local(
             scratch = ScratchDirs(wired.scratch_base, enabled=wired.managed_scratch)
             tt = Tooltrail(client, wired, task_queue=task_queue, store=store)
             try:
-                async with _bounded(
-                    build_worker(
-                        client, wired, task_queue=task_queue, store=store, scratch=scratch
+                async with (
+                    _bounded(
+                        build_worker(
+                            client, wired, task_queue=task_queue, store=store, scratch=scratch
+                        ),
+                        shutdown_timeout_s,
                     ),
-                    shutdown_timeout_s,
+                    background_reconciliation(client, store, deployment.settings),
                 ):
                     yield tt
             finally:

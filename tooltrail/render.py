@@ -185,7 +185,14 @@ def turns_table(turns: Sequence[TurnSummary]) -> Table:
     id_column(table, "session")
     for column in ("status", "started", "calls", "errors", "events"):
         table.add_column(column, no_wrap=True)
-    styles = {"completed": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
+    styles = {
+        "completed": "green",
+        "failed": "red",
+        "terminated": "red",
+        "timed_out": "red",
+        "cancelled": "yellow",
+        "running": "cyan",
+    }
     for turn in turns:
         table.add_row(
             Text(turn.turn_id),

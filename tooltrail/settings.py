@@ -235,6 +235,16 @@ class Settings(BaseSettings):
     db_pool_timeout_s: float = Field(default=30.0, gt=0)
     """How long a database call waits for a free connection before it fails."""
 
+    # -- background reconciliation (README "Audit trail") ------------------------------------
+    reconcile_enabled: bool = True
+    """Workers reconcile turns closed outside tooltrail in the background (one at a time)."""
+    reconcile_interval_s: float = Field(default=60.0, gt=0)
+    """Seconds between two background passes."""
+    reconcile_grace_s: float = Field(default=300.0, ge=0)
+    """A running turn is asked about once it started this long ago, then at most this often."""
+    reconcile_batch: int = Field(default=100, ge=1)
+    """Turns one background pass asks Temporal about at most (one describe each)."""
+
     def worker_options(self) -> dict[str, int]:
         """Return the capacity keyword arguments of ``temporalio.worker.Worker``."""
         return {

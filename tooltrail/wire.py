@@ -103,8 +103,11 @@ EventKind = Literal[
     "recovery_decision",
     "turn_cancelled",
     "turn_end",
+    "turn_reconciled",
 ]
-TurnStatus = Literal["running", "completed", "failed", "cancelled"]
+TurnStatus = Literal["running", "completed", "failed", "cancelled", "terminated", "timed_out"]
+"""A turn's status; ``terminated`` and ``timed_out`` are set by reconciliation only (the
+workflow cannot write them: Temporal ended it without running its code)."""
 
 
 class AuditEvent(BaseModel):

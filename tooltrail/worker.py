@@ -33,6 +33,7 @@ from tooltrail.errors import ConfigurationError
 from tooltrail.failures import CleanDatabaseErrors
 from tooltrail.host import Host
 from tooltrail.middleware import RedactingMiddleware
+from tooltrail.reconcile import background_reconciliation
 from tooltrail.recovery import NoopReflector
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
@@ -358,5 +359,9 @@ async def worker(
             graceful_shutdown_timeout=graceful_shutdown,
             **worker_options,
         )
-        async with running:
+        # The worker's background reconciliation (off with TOOLTRAIL_RECONCILE_ENABLED=0).
+        async with (
+            running,
+            background_reconciliation(deployment.client, deployment.store, deployment.settings),
+        ):
             yield running

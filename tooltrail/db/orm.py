@@ -31,6 +31,7 @@ __all__ = [
     "BlobRow",
     "ConversationMessageRow",
     "IdempotencyRecordRow",
+    "MaintenanceLeaseRow",
     "MemoryEntryRow",
     "SessionStateRow",
     "ToolHealthRow",
@@ -74,6 +75,8 @@ class TurnRow(Base):
     """The turn this one re-runs (``tooltrail rerun``), if any."""
     mode: Mapped[str] = mapped_column(String(16), default="live", server_default="live")
     """``live``, ``rerun`` (tools ran again) or ``shadow`` (results served from the trail)."""
+    checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """When background reconciliation last asked Temporal about this running turn."""
 
 
 class AuditEventRow(Base):
@@ -207,3 +210,17 @@ class BlobRow(Base):
     content: Mapped[dict[str, Any]] = mapped_column(JsonType)
     """``{"output": <text or parts>}``."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class MaintenanceLeaseRow(Base):
+    """A lease on a job that one worker of a deployment does at a time (by job name).
+
+    Background reconciliation takes ``reconcile``: the holder renews it each pass; when
+    it stops renewing (a lost worker), another takes it over once ``expires_at`` passed.
+    """
+
+    __tablename__ = "maintenance_lease"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -261,7 +261,8 @@ async def list_turns(
         )
     if errors_only:
         query = query.where(
-            (TurnRow.status.in_(["failed", "cancelled"])) | (events.c.error_results > 0)
+            (TurnRow.status.in_(["failed", "cancelled", "terminated", "timed_out"]))
+            | (events.c.error_results > 0)
         )
     query = query.order_by(TurnRow.started_at.desc(), TurnRow.turn_id).limit(limit)
     summaries = []
