@@ -1,4 +1,4 @@
-"""Reconciliation: when a running turn was last checked, its status indexed, the lease.
+"""Reconciliation: when a running turn was last checked, and the one-worker lease.
 
 Revision ID: d6c571d7496a
 Revises: 6a8bc39d29dc
@@ -18,7 +18,6 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     op.add_column("turn", sa.Column("checked_at", sa.DateTime(timezone=True), nullable=True))
-    op.create_index(op.f("ix_turn_status"), "turn", ["status"], unique=False)
     op.create_table(
         "maintenance_lease",
         sa.Column("name", sa.String(length=64), nullable=False),
@@ -30,6 +29,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("maintenance_lease")
-    op.drop_index(op.f("ix_turn_status"), table_name="turn")
     with op.batch_alter_table("turn") as batch:
         batch.drop_column("checked_at")
