@@ -7,7 +7,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import delete, update
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
@@ -149,3 +149,22 @@ async def test_the_off_switch(db_url: str, temporal_env: WorkflowEnvironment) ->
             assert (running.interval_s, running.grace_s, running.batch) == (30, 300, 7)
     finally:
         await store.close()
+
+
+async def test_two_workers_racing_for_the_lease_one_wins(stack: StackFactory, db_url: str) -> None:
+    async with stack(HOST, database_url=db_url) as tt:
+        workers = [
+            BackgroundReconciler(tt.client, tt.store, interval_s=0.1, grace_s=3600)
+            for _ in range(4)
+        ]
+        async with tt.store.sessions.begin() as session:
+            await session.execute(
+                delete(MaintenanceLeaseRow).where(MaintenanceLeaseRow.name == LEASE_NAME)
+            )
+        passes = await asyncio.gather(*(worker.run_once() for worker in workers))
+        assert sum(report is not None for report in passes) == 1
+        # The winner renews; the others still find it held.
+        winner = next(w for w, r in zip(workers, passes, strict=True) if r is not None)
+        assert await winner.run_once() is not None
+        assert all([await w.run_once() is None for w in workers if w is not winner])
+        await winner.release()

@@ -303,17 +303,13 @@ class BackgroundReconciler:
 
     async def run_once(self) -> ReconcileReport | None:
         """One pass; ``None`` when another worker holds the lease."""
-        now = datetime.now(UTC)
         async with self.store.sessions.begin() as session:
             held = await take_lease(
-                session,
-                name=LEASE_NAME,
-                holder=self.holder,
-                now=now,
-                expires_at=now + timedelta(seconds=self.lease_s),
+                session, name=LEASE_NAME, holder=self.holder, seconds=self.lease_s
             )
         if not held:
             return None
+        now = datetime.now(UTC)
         since_grace = now - timedelta(seconds=self.grace_s)
         async with self.store.sessions() as session:
             ids = await running_turns(

@@ -65,7 +65,8 @@ class TurnRow(Base):
 
     turn_id: Mapped[str] = mapped_column(String(255), primary_key=True)
     session_id: Mapped[str] = mapped_column(String(255), index=True)
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    """Indexed: reconciliation looks for the few ``running`` turns every interval."""
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     call_count: Mapped[int] = mapped_column(Integer, default=0)

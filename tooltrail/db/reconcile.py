@@ -16,6 +16,8 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+# The database's clock, the way idempotency claims read it (one definition of it).
+from tooltrail.db.idempotency import _db_now
 from tooltrail.db.orm import AuditEventRow, MaintenanceLeaseRow, TurnRow
 
 __all__ = [
@@ -118,22 +120,21 @@ async def close_turn(
     return True
 
 
-async def take_lease(
-    session: AsyncSession, *, name: str, holder: str, now: datetime, expires_at: datetime
-) -> bool:
-    """Take or renew the lease ``name`` for ``holder`` until ``expires_at``.
+async def take_lease(session: AsyncSession, *, name: str, holder: str, seconds: float) -> bool:
+    """Take or renew the lease ``name`` for ``holder`` for ``seconds``.
 
     One statement that works alike on SQLite and PostgreSQL: insert the lease, or take it
-    over when it is ours or has expired; then read who holds it. Returns whether ``holder``
-    does.
+    over when it is ours or has expired; then read who holds it. Times are the database's
+    clock, as for idempotency claims, so workers with skewed clocks agree. Returns whether
+    ``holder`` holds it.
     """
     table: Any = MaintenanceLeaseRow.__table__
     upsert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
-    stmt = upsert(table).values(name=name, holder=holder, expires_at=expires_at)
+    stmt = upsert(table).values(name=name, holder=holder, expires_at=_db_now(session, seconds))
     stmt = stmt.on_conflict_do_update(
         index_elements=["name"],
         set_={"holder": stmt.excluded.holder, "expires_at": stmt.excluded.expires_at},
-        where=(table.c.expires_at < now) | (table.c.holder == stmt.excluded.holder),
+        where=(table.c.expires_at < _db_now(session)) | (table.c.holder == stmt.excluded.holder),
     )
     await session.execute(stmt)
     current = await session.scalar(select(table.c.holder).where(table.c.name == name))
