@@ -687,15 +687,17 @@ def _client_options() -> tuple[str, str]:
     return settings.temporal_address, settings.namespace
 
 
-async def _turn_handle(turn_id: str, temporal_address: str | None) -> Any:
+async def _turn_handle(turn_id: str, temporal_address: str | None, store: Any = None) -> Any:
     from tooltrail.client import TurnHandle
     from tooltrail.wire import TurnOutput
 
     client = await _client(temporal_address)
-    return TurnHandle(client.get_workflow_handle(turn_id, result_type=TurnOutput))
+    return TurnHandle(client.get_workflow_handle(turn_id, result_type=TurnOutput), store)
 
 
-async def _running_turn(turn_id: str, temporal_address: str | None, call_id: str) -> Any:
+async def _running_turn(
+    turn_id: str, temporal_address: str | None, call_id: str, store: Any = None
+) -> Any:
     """The handle of a turn that is still running, or the one-line error that it is not.
 
     Raises:
@@ -703,7 +705,7 @@ async def _running_turn(turn_id: str, temporal_address: str | None, call_id: str
     """
     from temporalio.client import WorkflowExecutionStatus
 
-    handle = await _turn_handle(turn_id, temporal_address)
+    handle = await _turn_handle(turn_id, temporal_address, store)
     try:
         description = await handle.workflow_handle.describe()
     except RPCError as exc:
@@ -718,10 +720,25 @@ async def _running_turn(turn_id: str, temporal_address: str | None, call_id: str
 
 
 async def _answer(
-    turn_id: str, call_id: str, temporal_address: str | None, answer: Callable[[Any], Any]
+    turn_id: str,
+    call_id: str,
+    temporal_address: str | None,
+    answer: Callable[[Any], Any],
+    database_url: str | None = None,
 ) -> None:
-    handle = await _running_turn(turn_id, temporal_address, call_id)
+    from tooltrail.db.migrate import check_schema
+    from tooltrail.db.store import AuditStore
+    from tooltrail.errors import ApprovalRejected
+
+    # The audit database records an answer the turn refuses (a refused Update leaves no
+    # history); without a migrated one the refusal is still the command's answer.
+    url = _database_url(database_url)
+    store: AuditStore | None = None
+    with contextlib.suppress(Exception):
+        await check_schema(url)
+        store = AuditStore(url)
     try:
+        handle = await _running_turn(turn_id, temporal_address, call_id, store)
         await answer(handle)
     except RPCError as exc:
         # The turn ended between the check and the answer.
@@ -730,23 +747,77 @@ async def _answer(
         raise CommandError(
             f"turn {turn_id!r} has ended: call {call_id!r} is no longer waiting for approval"
         ) from exc
+    except ApprovalRejected as exc:
+        if not exc.reason.startswith("approval rejected:"):
+            raise CommandError(
+                f"{exc} in turn {turn_id!r}; `tooltrail approvals --all` lists what waits"
+            ) from exc
+        raise CommandError(f"{exc} (call {call_id!r} of turn {turn_id!r} keeps waiting)") from exc
     except ConfigurationError as exc:  # the turn runs, but this call does not wait
         raise CommandError(
             f"{exc} in turn {turn_id!r}; `tooltrail approvals --all` lists what waits"
         ) from exc
+    finally:
+        if store is not None:
+            await store.close()
+
+
+KeyOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--key",
+        envvar="TOOLTRAIL_APPROVER_KEY",
+        help="Sign with this Ed25519 private key (PEM); needed where approvers are configured.",
+    ),
+]
+ExpiresOption = Annotated[
+    float,
+    typer.Option("--expires-in", min=1, help="Seconds the signed answer stays valid."),
+]
+
+
+def _approver(by: str | None, key: Path | None) -> str | None:
+    """Who answers: ``--by``, else (signing) ``TOOLTRAIL_APPROVER_NAME``, else ``$USER``."""
+    if by:
+        return by
+    if key is not None and Settings().approver_name:
+        return Settings().approver_name
+    return os.environ.get("USER")
 
 
 @app.command()
 def approve(
     turn_id: Annotated[str, typer.Argument(help="The turn id.")],
     call_id: Annotated[str, typer.Argument(help="The tool call id waiting for approval.")],
-    by: Annotated[str | None, typer.Option(help="Who approves (recorded).")] = None,
+    by: Annotated[
+        str | None,
+        typer.Option(help="Who approves: a claim unsigned, the approver's name with --key."),
+    ] = None,
+    key: KeyOption = None,
+    expires_in: ExpiresOption = 900,
     temporal_address: AddressOption = None,
+    database_url: DatabaseOption = None,
 ) -> None:
-    """Approve a call of an interactive turn that a hook parked with Ask."""
-    who = by or os.environ.get("USER")
-    _run(_answer(turn_id, call_id, temporal_address, lambda h: h.approve(call_id, by=who)))
-    console.print(Text(f"approved {call_id} of {turn_id}"), soft_wrap=True)
+    """Approve a call of an interactive turn that a hook parked with Ask.
+
+    With --key the approval is signed for this turn, this call and the arguments it waits
+    with; a turn whose workers have approvers configured accepts nothing else.
+    """
+    from datetime import timedelta
+
+    who = _approver(by, key)
+    validity = timedelta(seconds=expires_in)
+    _run(
+        _answer(
+            turn_id,
+            call_id,
+            temporal_address,
+            lambda h: h.approve(call_id, by=who, key=key, expires_in=validity),
+            database_url,
+        )
+    )
+    signed = f" (signed by {who})" if key is not None else ""
+    console.print(Text(f"approved {call_id} of {turn_id}{signed}"), soft_wrap=True)
 
 
 @app.command()
@@ -754,13 +825,31 @@ def deny(
     turn_id: Annotated[str, typer.Argument(help="The turn id.")],
     call_id: Annotated[str, typer.Argument(help="The tool call id waiting for approval.")],
     reason: Annotated[str, typer.Option(help="Why (the model reads it).")],
-    by: Annotated[str | None, typer.Option(help="Who denies (recorded).")] = None,
+    by: Annotated[
+        str | None,
+        typer.Option(help="Who denies: a claim unsigned, the approver's name with --key."),
+    ] = None,
+    key: KeyOption = None,
+    expires_in: ExpiresOption = 900,
     temporal_address: AddressOption = None,
+    database_url: DatabaseOption = None,
 ) -> None:
-    """Deny a call of an interactive turn that a hook parked with Ask."""
-    who = by or os.environ.get("USER")
-    _run(_answer(turn_id, call_id, temporal_address, lambda h: h.deny(call_id, reason, by=who)))
-    console.print(Text(f"denied {call_id} of {turn_id}"), soft_wrap=True)
+    """Deny a call of an interactive turn that a hook parked with Ask (--key signs it)."""
+    from datetime import timedelta
+
+    who = _approver(by, key)
+    validity = timedelta(seconds=expires_in)
+    _run(
+        _answer(
+            turn_id,
+            call_id,
+            temporal_address,
+            lambda h: h.deny(call_id, reason, by=who, key=key, expires_in=validity),
+            database_url,
+        )
+    )
+    signed = f" (signed by {who})" if key is not None else ""
+    console.print(Text(f"denied {call_id} of {turn_id}{signed}"), soft_wrap=True)
 
 
 def _duration(seconds: float) -> str:

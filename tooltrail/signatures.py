@@ -32,6 +32,7 @@ __all__ = [
     "decode_public_key",
     "ed25519_verify",
     "parse_approvers",
+    "signature_problem",
 ]
 
 STATEMENT_DOMAIN = b"tooltrail approval v1\n"
@@ -137,6 +138,21 @@ def parse_approvers(text: str) -> dict[str, str]:
     return found
 
 
+def signature_problem(signed: SignedApproval, approvers: Mapping[str, str]) -> str | None:
+    """Why the signature is not the named approver's, or ``None`` when it verifies."""
+    statement = signed.statement
+    key = approvers.get(statement.approver)
+    if key is None:
+        return f"unknown approver {statement.approver!r}"
+    try:
+        signature = base64.b64decode(signed.signature, validate=True)
+    except (binascii.Error, ValueError):
+        return "the signature is not base64"
+    if not ed25519_verify(decode_public_key(key), statement.canonical(), signature):
+        return f"the signature does not verify with approver {statement.approver!r}'s key"
+    return None
+
+
 def check_approval(
     signed: SignedApproval,
     *,
@@ -162,17 +178,9 @@ def check_approval(
         used: signatures this turn already took up (a second use is a replay).
     """
     statement = signed.statement
-    key = approvers.get(statement.approver)
-    if key is None:
-        return f"unknown approver {statement.approver!r}"
-    try:
-        signature = base64.b64decode(signed.signature, validate=True)
-    except (binascii.Error, ValueError):
-        return "the signature is not base64"
-    if not ed25519_verify(decode_public_key(key), statement.canonical(), signature):
-        return f"the signature does not verify with approver {statement.approver!r}'s key"
-    if signed.signature in used:
-        return "this signed approval was already used"
+    forged = signature_problem(signed, approvers)
+    if forged is not None:
+        return forged
     if statement.turn_id != turn_id:
         return f"the approval is for turn {statement.turn_id!r}, not {turn_id!r}"
     if statement.tool_call_id != tool_call_id:
@@ -186,6 +194,8 @@ def check_approval(
     if now >= statement.expires_at:
         expired = statement.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")
         return f"the approval expired at {expired}"
+    if signed.signature in used:
+        return "this signed approval was already used"
     return None
 
 

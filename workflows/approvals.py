@@ -3,6 +3,10 @@
 A ``Block`` is the answer. An ``Ask`` is refused in a non-interactive turn; in an
 interactive one the call is parked until a human answers through the turn's ``approval``
 Update (or the timeout passes), with the trail written first so the human can read it.
+With approvers configured (``HostFeatures.approvers``) an answer must carry a signed
+statement that verifies against one of them, for this turn, this call and the arguments
+about to run, unexpired and not used before: the Update's validator refuses anything else
+with a reason, so a refused answer never enters the history and the call keeps waiting.
 Deterministic code only.
 """
 
@@ -15,11 +19,12 @@ from temporalio import workflow
 
 from tooltrail.hooks import HookDecision, headless_ask_text
 from tooltrail.results import ToolCall
+from tooltrail.signatures import check_approval
 from tooltrail.wire import ApprovalInput, PendingApproval
 from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
 
-__all__ = ["Approvals"]
+__all__ = ["Approvals", "approval_rejection", "take_answer"]
 
 
 class Approvals:
@@ -56,6 +61,9 @@ class Approvals:
                 else:
                     text = answer.reason or f"denied by {answer.by or 'a reviewer'}"
                     payload.update(outcome="denied", by=answer.by, reason=answer.reason)
+                if answer is not None and answer.signed is not None:
+                    # The statement and its signature, so the trail can be re-checked later.
+                    payload["signed"] = answer.signed.model_dump(mode="json")
         self._trail.emit("hook_decision", payload, call_id=call.id, tool=tool_name, attempt=attempt)
         return text
 
@@ -83,3 +91,45 @@ class Approvals:
         finally:
             del state.waiting[call.id]
         return state.answers.pop(call.id)
+
+
+def approval_rejection(state: TurnState, answer: ApprovalInput) -> str | None:
+    """Why the turn refuses ``answer`` (the ``approval`` Update's validator), or ``None``.
+
+    Read-only: a validator must not change the turn's state.
+    """
+    pending = state.waiting.get(answer.tool_call_id)
+    if pending is None:
+        names = ", ".join(sorted(state.waiting)) or "none"
+        return f"call {answer.tool_call_id!r} is not waiting for approval (waiting: {names})"
+    approvers = state.plan.features.approvers
+    if not approvers:
+        return None  # unsigned approvals: ``by`` is a claim
+    signed = answer.signed
+    if signed is None:
+        return (
+            "approval rejected: this deployment accepts only signed approvals "
+            "(tooltrail approve --key FILE)"
+        )
+    reason = check_approval(
+        signed,
+        approvers=approvers,
+        turn_id=state.record.turn_id,
+        tool_call_id=answer.tool_call_id,
+        arguments=pending.arguments,
+        now=workflow.now(),
+        used=state.used_signatures,
+    )
+    if reason is None and (signed.statement.decision == "approve") != answer.approved:
+        reason = f"the signed decision is {signed.statement.decision!r}, the answer's is not"
+    return None if reason is None else f"approval rejected: {reason}"
+
+
+def take_answer(state: TurnState, answer: ApprovalInput) -> None:
+    """Take up an answer the validator accepted; a signed one speaks for itself."""
+    signed = answer.signed
+    if signed is not None and state.plan.features.approvers:
+        state.used_signatures.add(signed.signature)
+        statement = signed.statement
+        answer = answer.model_copy(update={"by": statement.approver, "reason": statement.reason})
+    state.answers[answer.tool_call_id] = answer
