@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from tests.conftest import StackFactory
+from tests.support.cli_runner import error_lines, run_cli
 from tooltrail import ApprovalRejected, ConfigurationError, Host, RunConfig, ToolCall, tool
 from tooltrail.approver_keys import (
     generate_approver_key,
@@ -240,3 +243,139 @@ def test_approvers_come_from_wiring_or_settings(
     with pytest.raises(ConfigurationError, match="TOOLTRAIL_APPROVERS: approver entry"):
         Settings().approver_keys()
     write_approver_key(ALICE, tmp_path / "alice.key")
+
+
+# -- the command line ---------------------------------------------------------------------
+
+
+async def cli(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``tooltrail`` in a thread, so the worker of this process keeps working."""
+    return await asyncio.to_thread(run_cli, args, tmp_path, **env)
+
+
+def one_error(done: subprocess.CompletedProcess[str], text: str) -> None:
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    [line] = error_lines(done.stderr)
+    assert text in line, line
+
+
+async def test_cli_keygen_signed_approve_and_history(
+    stack: StackFactory, temporal_env: Any, sqlite_url: str, tmp_path: Path
+) -> None:
+    key_file = tmp_path / "ops.key"
+    made = await cli(["approvers", "keygen", "ops", "--out", str(key_file), "--json"], tmp_path)
+    assert made.returncode == 0, made.stderr
+    public = json.loads(made.stdout)["public_key"]
+    again = await cli(["approvers", "keygen", "ops", "--out", str(key_file)], tmp_path)
+    one_error(again, "is never overwritten")
+    address = ["--temporal-address", str(temporal_env.client.service_client.config.target_host)]
+    db = ["--database-url", sqlite_url]
+    host = Host([pay], hooks=[AskEveryTime()], approvers={"ops": public})
+    async with stack(host) as tt:
+        handle = await tt.start_turn(
+            [ToolCall("c1", "pay", {"to": "x", "amount": 3.0})],
+            session_id="s",
+            config=INTERACTIVE,
+        )
+        turn_id = handle.turn_id
+        await wait_parked(handle, "c1")
+        unsigned = await cli(["approve", turn_id, "c1", "--by", "ops", *address, *db], tmp_path)
+        one_error(unsigned, "accepts only signed approvals (tooltrail approve --key FILE)")
+        assert "keeps waiting" in unsigned.stderr
+        stranger = generate_approver_key()
+        write_approver_key(stranger, tmp_path / "stranger.key")
+        stranger_args = ["approve", turn_id, "c1", "--key", str(tmp_path / "stranger.key")]
+        stranger_args += ["--by", "ops"]
+        forged = await cli(
+            [*stranger_args, *address, *db],
+            tmp_path,
+        )
+        one_error(forged, "the signature does not verify with approver 'ops''s key")
+        assert paid == []
+        signed = await cli(
+            ["approve", turn_id, "c1", *address, *db],
+            tmp_path,
+            TOOLTRAIL_APPROVER_KEY=str(key_file),
+            TOOLTRAIL_APPROVER_NAME="ops",
+        )
+        assert signed.returncode == 0, signed.stderr
+        assert "(signed by ops)" in signed.stdout
+        await handle.result()
+    assert paid == [{"to": "x", "amount": 3.0}]
+
+    history = await cli(
+        ["approvals", "history", turn_id, "--json", *db],
+        tmp_path,
+        TOOLTRAIL_APPROVERS=f"ops:{public}",
+    )
+    assert history.returncode == 0, history.stderr
+    records = json.loads(history.stdout)
+    assert [(r["outcome"], r["by"], r["signed"], r["verifies"]) for r in records] == [
+        ("rejected", "ops", False, None),
+        ("rejected", "ops", True, False),
+        ("approved", "ops", True, True),
+    ]
+    # The key taken out of the list (rotated, revoked): the signature no longer verifies.
+    rotated = f"ops:{public_key_text(generate_approver_key())}"
+    table = await cli(["approvals", "history", turn_id, *db], tmp_path, TOOLTRAIL_APPROVERS=rotated)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.count("DOES NOT VERIFY") == 2 and "unsigned" in table.stdout
+    missing = await cli(["approvals", "history", "turn-nope", *db], tmp_path)
+    one_error(missing, "no such turn 'turn-nope'")
+
+
+# -- an ask's own deadline ------------------------------------------------------------------
+
+
+class AskBriefly:
+    def __init__(self, expires_in: Any) -> None:
+        self.expires_in = expires_in
+
+    async def pre_tool(self, ctx: PreToolUseContext) -> Ask:
+        return Ask("pay?", expires_in=self.expires_in)
+
+
+async def test_an_expired_ask_is_a_denial_with_a_reason(stack: StackFactory) -> None:
+    host = Host([pay], hooks=[AskBriefly(timedelta(milliseconds=1500))], approvers=APPROVERS)
+    async with stack(host) as tt:
+        handle = await tt.start_turn(
+            [ToolCall("c1", "pay", {"to": "x", "amount": 1.0})],
+            session_id="s",
+            config=INTERACTIVE,
+        )
+        await wait_parked(handle, "c1")
+        [pending] = await handle.pending_approvals()
+        assert pending.deadline is not None and pending.asked_at is not None
+        assert (pending.deadline - pending.asked_at).total_seconds() == 1.5
+        turn = await handle.result()
+        with pytest.raises(RPCError, match="completed"):  # too late: the turn has ended
+            await handle.approve("c1", by="alice", key=ALICE, arguments={"to": "x", "amount": 1})
+        events = await tt.audit(turn.turn_id)
+        history = await tt.approval_history(turn.turn_id)
+    expected = "Approval expired: nobody answered (pay?) within 1.5s"
+    assert (turn.results[0].output, turn.results[0].is_error) == (expected, True)
+    assert paid == []
+    decision = next(e.payload for e in events if e.kind == "hook_decision")
+    assert (decision["outcome"], decision["reason"]) == ("expired", expected)
+    assert [(r.outcome, r.signed) for r in history] == [("expired", False)]
+
+
+async def test_the_turns_approval_timeout_still_wins_when_it_is_shorter(
+    stack: StackFactory,
+) -> None:
+    host = Host([pay], hooks=[AskBriefly(3600)])
+    config = RunConfig(interactive=True, approval_timeout_s=0.5)
+    async with stack(host) as tt:
+        turn = await tt.run_turn(
+            [ToolCall("c1", "pay", {"to": "x", "amount": 1.0})], session_id="s", config=config
+        )
+    assert turn.results[0].output == (
+        "Hook requested confirmation (pay?) but the session is not interactive"
+    )
+
+
+def test_an_ask_deadline_must_be_positive() -> None:
+    assert Ask("ok?", expires_in=timedelta(minutes=2)).expires_in == 120
+    assert Ask("ok?").expires_in is None
+    with pytest.raises(ValueError, match="greater than 0"):
+        Ask("ok?", expires_in=0)

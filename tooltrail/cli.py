@@ -71,6 +71,8 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(db_app, name="db")
 app.add_typer(history_app, name="history")
 app.add_typer(config_app, name="config")
+approvers_app = typer.Typer(help="Approvers who sign approvals.", no_args_is_help=True)
+app.add_typer(approvers_app, name="approvers")
 
 console = Console()
 errors = Console(stderr=True)
@@ -863,7 +865,10 @@ def _duration(seconds: float) -> str:
 
 @app.command()
 def approvals(
-    turn_id: Annotated[str | None, typer.Argument(help="The turn id.")] = None,
+    turn_id: Annotated[str | None, typer.Argument(help="The turn id (or `history`).")] = None,
+    history_of: Annotated[
+        str | None, typer.Argument(metavar="[TURN]", help="With `history`: the turn.")
+    ] = None,
     all_turns: Annotated[
         bool,
         typer.Option(
@@ -871,13 +876,24 @@ def approvals(
         ),
     ] = False,
     temporal_address: AddressOption = None,
+    database_url: DatabaseOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """List the calls waiting for approval: of one turn, or of every running turn (--all)."""
+    """List the calls waiting for approval: of one turn, or of every running turn (--all).
+
+    `tooltrail approvals history TURN` shows every decision on the turn's asks and every
+    answer it refused: who decided, whether it was signed, and whether the signature still
+    verifies with the approvers configured now (TOOLTRAIL_APPROVERS, TOOLTRAIL_APPROVERS_FILE).
+    """
     from datetime import UTC
 
     from tooltrail.client import Tooltrail, WaitingApproval
 
+    if history_of is not None:
+        if turn_id != "history":
+            raise typer.BadParameter("one TURN, or `history TURN`")
+        _approval_history(history_of, database_url, json_output)
+        return
     if (turn_id is None) == (not all_turns):
         raise typer.BadParameter("give a TURN, or --all (not both)")
 
@@ -939,6 +955,58 @@ def approvals(
             age,
             deadline,
             Text(preview(item.question, 200)),
+        )
+    print_table(console, table)
+
+
+def _approval_history(turn_id: str, database_url: str | None, json_output: bool) -> None:
+    """Print a turn's approval history (``approvals history TURN``)."""
+    from tooltrail.approval_history import ApprovalRecord, approval_history
+    from tooltrail.db.approvals import list_rejections
+
+    try:
+        approvers = Settings().approver_keys()
+    except ConfigurationError as exc:
+        raise CommandError(str(exc)) from exc
+
+    async def read(store: Any) -> list[ApprovalRecord]:
+        turn = await store.turn(turn_id)
+        rejections = await list_rejections(store, turn_id)
+        if turn is None and not rejections:
+            raise CommandError(f"no such turn {turn_id!r} in the audit database")
+        return approval_history(await store.events(turn_id), rejections, approvers)
+
+    records = _run(_with_store(_database_url(database_url), read))
+    if json_output:
+        print_json(console, [r.model_dump(mode="json") for r in records])
+        return
+    if not records:
+        console.print("no call of this turn asked for approval")
+        return
+    from rich.table import Table
+
+    from tooltrail.render import id_column
+
+    table = Table(title=f"Approvals of {turn_id}", title_justify="left")
+    table.add_column("at", no_wrap=True)
+    id_column(table, "call")
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("by", overflow="fold")
+    table.add_column("signature", no_wrap=True)
+    table.add_column("detail", overflow="fold")
+    for record in records:
+        if not record.signed:
+            signature = "unsigned"
+        else:
+            signature = "verifies" if record.verifies else "DOES NOT VERIFY"
+        detail = record.problem if record.outcome == "rejected" or not record.verifies else None
+        table.add_row(
+            record.at.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
+            Text(record.tool_call_id),
+            Text(record.outcome),
+            Text(record.by or ""),
+            signature,
+            Text(preview(detail or record.reason or "", 200)),
         )
     print_table(console, table)
 
@@ -1233,6 +1301,41 @@ def main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+@approvers_app.command("keygen")
+def approvers_keygen(
+    name: Annotated[str, typer.Argument(help="The approver's name, as the workers list it.")],
+    out: Annotated[
+        Path, typer.Option("-o", "--out", help="The private key file to write (mode 0600).")
+    ],
+    json_output: JsonOption = False,
+) -> None:
+    """Make an approver's Ed25519 key pair: the private key to a file, the public key shown.
+
+    Give the printed `NAME:KEY` entry to the workers (TOOLTRAIL_APPROVERS or
+    TOOLTRAIL_APPROVERS_FILE, or Host(approvers=...)); the approver signs with
+    `tooltrail approve TURN CALL --key FILE --by NAME`.
+    """
+    from tooltrail.approver_keys import generate_approver_key, public_key_text, write_approver_key
+
+    if not name or any(c in name for c in ":,#\n"):
+        raise CommandError(f"an approver name has no ':', ',', '#' or newline: {name!r}")
+    key = generate_approver_key()
+    try:
+        write_approver_key(key, out)
+    except FileExistsError:
+        raise CommandError(f"{out} exists; a key file is never overwritten") from None
+    except OSError as exc:
+        raise CommandError(f"cannot write {out}: {exc.strerror}") from None
+    entry = f"{name}:{public_key_text(key)}"
+    if json_output:
+        print_json(
+            console, {"name": name, "public_key": public_key_text(key), "key_file": str(out)}
+        )
+        return
+    console.print(Text(f"wrote the private key of {name!r} to {out} (keep it to yourself)"))
+    console.print(Text(f"approver entry for the workers: {entry}"), soft_wrap=True)
 
 
 if __name__ == "__main__":

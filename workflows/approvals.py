@@ -17,14 +17,17 @@ from typing import Any
 
 from temporalio import workflow
 
-from tooltrail.hooks import HookDecision, headless_ask_text
+from tooltrail.hooks import HookDecision, expired_ask_text, headless_ask_text
 from tooltrail.results import ToolCall
 from tooltrail.signatures import check_approval
 from tooltrail.wire import ApprovalInput, PendingApproval
 from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
 
-__all__ = ["Approvals", "approval_rejection", "take_answer"]
+__all__ = ["ASK_EXPIRES_PATCH", "Approvals", "approval_rejection", "take_answer"]
+
+ASK_EXPIRES_PATCH = "ask-expires-in"
+"""``workflow.patched`` id of an ``Ask`` with its own deadline."""
 
 
 class Approvals:
@@ -51,8 +54,13 @@ class Approvals:
                 text = headless_ask_text(hook.text)
                 payload["outcome"] = "refused (session not interactive)"
             else:
-                answer = await self._await(call, tool_name, arguments, hook.text)
-                if answer is None:
+                answer, expired = await self._await(call, tool_name, arguments, hook)
+                if expired:
+                    # The ask's own deadline passed first: a denial that says so.
+                    assert hook.expires_in is not None
+                    text = expired_ask_text(hook.text, hook.expires_in)
+                    payload.update(outcome="expired", reason=text)
+                elif answer is None:
                     text = headless_ask_text(hook.text)
                     payload["outcome"] = "refused (no answer in time)"
                 elif answer.approved:
@@ -68,18 +76,29 @@ class Approvals:
         return text
 
     async def _await(
-        self, call: ToolCall, tool_name: str, arguments: dict[str, Any], question: str
-    ) -> ApprovalInput | None:
-        """Park the call until the ``approval`` Update arrives or the timeout passes."""
+        self, call: ToolCall, tool_name: str, arguments: dict[str, Any], hook: HookDecision
+    ) -> tuple[ApprovalInput | None, bool]:
+        """Park the call until the ``approval`` Update arrives or the wait ends.
+
+        Returns the answer (``None``: none in time) and whether the ask's own deadline
+        (``Ask(expires_in=...)``) is what ended the wait.
+        """
         state = self._state
         await self._trail.checkpoint(force=True)  # a human may look at the trail meanwhile
         # A query's answer, not history: adding the times changes no replay.
         asked_at = workflow.now()
-        timeout = timedelta(seconds=state.input.config.approval_timeout_s)
+        seconds = state.input.config.approval_timeout_s
+        expiring = False
+        # Only an ask with its own deadline takes this path (histories recorded before it
+        # carry none); the marker keeps its shorter timer apart from them all the same.
+        if hook.expires_in is not None and workflow.patched(ASK_EXPIRES_PATCH):
+            expiring = hook.expires_in <= seconds
+            seconds = min(seconds, hook.expires_in)
+        timeout = timedelta(seconds=seconds)
         state.waiting[call.id] = PendingApproval(
             tool_call_id=call.id,
             tool_name=tool_name,
-            question=question,
+            question=hook.text,
             arguments=arguments,
             asked_at=asked_at,
             deadline=asked_at + timeout,
@@ -87,10 +106,10 @@ class Approvals:
         try:
             await workflow.wait_condition(lambda: call.id in state.answers, timeout=timeout)
         except TimeoutError:
-            return None
+            return None, expiring
         finally:
             del state.waiting[call.id]
-        return state.answers.pop(call.id)
+        return state.answers.pop(call.id), False
 
 
 def approval_rejection(state: TurnState, answer: ApprovalInput) -> str | None:

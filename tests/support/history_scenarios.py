@@ -268,6 +268,20 @@ async def signed_approval(tt: Tooltrail) -> str:
     return handle.turn_id
 
 
+class AskBriefly:
+    async def pre_tool(self, ctx: PreToolUseContext) -> Ask | None:
+        return Ask("quick?", expires_in=0.3) if ctx.tool_name == "multipart" else None
+
+
+async def ask_expired(tt: Tooltrail) -> str:
+    turn = await tt.run_turn(
+        [ToolCall("c1", "multipart", {}), ToolCall("c2", "echo", {"text": "ok"})],
+        session_id="hist-expired",
+        config=RunConfig(interactive=True),
+    )
+    return turn.turn_id
+
+
 async def breaker_and_memo(tt: Tooltrail) -> str:
     await tt.run_turn([ToolCall("c0", "echo", {"text": "cache me"})], session_id="hist-memo")
     turn = await tt.run_turn(
@@ -464,6 +478,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "loop_stop": (loop_stop, Host(TOOLS)),
     "hooks_and_approval": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
     "shadow_replay": (shadow_replay, Host(TOOLS)),
+    "ask_expired": (ask_expired, Host(TOOLS, hooks=[AskBriefly()])),
     "signed_approval": (
         signed_approval,
         Host(
