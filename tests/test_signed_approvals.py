@@ -18,7 +18,16 @@ from temporalio.service import RPCError
 
 from tests.conftest import StackFactory
 from tests.support.cli_runner import error_lines, run_cli
-from tooltrail import ApprovalRejected, ConfigurationError, Host, RunConfig, ToolCall, tool
+from tooltrail import (
+    AlwaysRecoverable,
+    ApprovalRejected,
+    ConfigurationError,
+    FixedDelay,
+    Host,
+    RunConfig,
+    ToolCall,
+    tool,
+)
 from tooltrail.approver_keys import (
     generate_approver_key,
     public_key_text,
@@ -379,3 +388,44 @@ def test_an_ask_deadline_must_be_positive() -> None:
     assert Ask("ok?").expires_in is None
     with pytest.raises(ValueError, match="greater than 0"):
         Ask("ok?", expires_in=0)
+
+
+attempts: list[int] = []
+
+
+@tool
+def flaky_pay(to: str) -> str:
+    """Fail the first time, then pay."""
+    attempts.append(len(attempts))
+    if len(attempts) == 1:
+        raise RuntimeError("bank timeout")
+    return f"paid {to}"
+
+
+async def test_a_signed_approval_is_good_for_one_attempt_only(stack: StackFactory) -> None:
+    attempts.clear()
+    host = Host(
+        [flaky_pay], hooks=[AskEveryTime()], approvers=APPROVERS, reflector=AlwaysRecoverable()
+    )
+    config = RunConfig(interactive=True, approval_timeout_s=120, recovery=FixedDelay(1, 0))
+    async with stack(host) as tt:
+        handle = await tt.start_turn(
+            [ToolCall("c1", "flaky_pay", {"to": "x"})], session_id="s", config=config
+        )
+        await wait_parked(handle, "c1")
+        good = signed_for("c1", {"to": "x"}, handle.turn_id)
+        await handle.submit_approval(ApprovalInput(tool_call_id="c1", approved=True, signed=good))
+        # The retry asks again: the same signature, sent again, is a replay.
+        for _ in range(600):
+            if attempts:
+                break
+            await asyncio.sleep(0.05)
+        await wait_parked(handle, "c1")
+        with pytest.raises(ApprovalRejected, match="this signed approval was already used"):
+            await handle.submit_approval(
+                ApprovalInput(tool_call_id="c1", approved=True, signed=good)
+            )
+        assert attempts == [0]
+        await handle.approve("c1", by="alice", key=ALICE)
+        turn = await handle.result()
+    assert attempts == [0, 1] and turn.results[0].output == "paid x"

@@ -39,10 +39,14 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from tooltrail.access import AccessDecision
-from tooltrail.approval_history import ApprovalRecord
+from tooltrail.approval_history import ApprovalRecord, approval_history
 from tooltrail.approver_keys import load_approver_key, sign_statement
 from tooltrail.config import RunConfig
-from tooltrail.db.approvals import RejectedApproval
+from tooltrail.db.approvals import (
+    RejectedApproval,
+    list_rejections,
+    record_rejection,
+)
 from tooltrail.db.store import AuditStore, TurnSummary
 from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.embedded import DEV_SERVER_ARGS, start_dev_server
@@ -347,8 +351,6 @@ class TurnHandle:
         """Record a refused answer: a rejected Update leaves nothing in the history."""
         if self._store is None:
             return
-        from tooltrail.db.approvals import record_rejection
-
         signed = answer.signed
         rejected = RejectedApproval(
             turn_id=self.turn_id,
@@ -367,8 +369,6 @@ class TurnHandle:
 
     async def approval_rejections(self) -> list[RejectedApproval]:
         """The answers this turn refused, as their senders recorded them, oldest first."""
-        from tooltrail.db.approvals import list_rejections
-
         if self._store is None:
             return []
         return await list_rejections(self._store, self.turn_id)
@@ -867,9 +867,6 @@ class Tooltrail:
             approvers: the approvers to re-check signatures with (default: the host's,
                 else the settings'), name to base64 public key.
         """
-        from tooltrail.approval_history import approval_history
-        from tooltrail.db.approvals import list_rejections
-
         keys = self.host.approver_keys() if approvers is None else approvers
         events = await self.store.events(turn_id)
         return approval_history(events, await list_rejections(self.store, turn_id), keys)

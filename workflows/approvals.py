@@ -57,8 +57,7 @@ class Approvals:
                 answer, expired = await self._await(call, tool_name, arguments, hook)
                 if expired:
                     # The ask's own deadline passed first: a denial that says so.
-                    assert hook.expires_in is not None
-                    text = expired_ask_text(hook.text, hook.expires_in)
+                    text = expired_ask_text(hook.text, hook.expires_in or 0.0)
                     payload.update(outcome="expired", reason=text)
                 elif answer is None:
                     text = headless_ask_text(hook.text)
