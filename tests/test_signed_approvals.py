@@ -151,7 +151,8 @@ async def test_only_a_valid_signature_for_these_arguments_runs_the_call(
             with pytest.raises(ApprovalRejected, match=text):
                 await attempt
             assert paid == [], name
-        assert [p.tool_call_id for p in await handle.pending_approvals()] == ["c1"]
+        [pending] = await handle.pending_approvals()
+        assert (pending.tool_call_id, pending.arguments_sha256) == ("c1", arguments_digest(c1))
 
         good = signed_for("c1", c1, turn_id)
         await handle.submit_approval(ApprovalInput(tool_call_id="c1", approved=True, signed=good))

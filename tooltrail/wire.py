@@ -509,6 +509,9 @@ class PendingApproval(BaseModel):
     """When the call started waiting (workflow time)."""
     deadline: datetime | None = None
     """When the wait ends with the headless refusal if nobody answers."""
+    arguments_sha256: str | None = None
+    """The digest a signed approval must name (``tooltrail.signatures.arguments_digest``);
+    ``None`` for arguments JSON cannot carry (NaN), which no approval can match."""
 
 
 class ModelSettings(BaseModel):

@@ -19,7 +19,7 @@ from temporalio import workflow
 
 from tooltrail.hooks import HookDecision, expired_ask_text, headless_ask_text
 from tooltrail.results import ToolCall
-from tooltrail.signatures import check_approval
+from tooltrail.signatures import arguments_digest, check_approval
 from tooltrail.wire import ApprovalInput, PendingApproval
 from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
@@ -101,6 +101,7 @@ class Approvals:
             arguments=arguments,
             asked_at=asked_at,
             deadline=asked_at + timeout,
+            arguments_sha256=_digest(arguments),
         )
         try:
             await workflow.wait_condition(lambda: call.id in state.answers, timeout=timeout)
@@ -109,6 +110,13 @@ class Approvals:
         finally:
             del state.waiting[call.id]
         return state.answers.pop(call.id), False
+
+
+def _digest(arguments: dict[str, Any]) -> str | None:
+    try:
+        return arguments_digest(arguments)
+    except ValueError:  # NaN or infinity: no canonical form
+        return None
 
 
 def approval_rejection(state: TurnState, answer: ApprovalInput) -> str | None:
