@@ -31,7 +31,9 @@ class TurnPlanner:
         self.store = store
         # The registry is frozen once the worker exists: its settings are worked out once.
         self._tools = {name: meta for name, meta in host.tool_meta().items() if meta != ToolMeta()}
-        self._features = HostFeatures(hooks=bool(host.hooks), memory=host.memory)
+        self._features = HostFeatures(
+            hooks=bool(host.hooks), memory=host.memory, approvers=host.approver_keys()
+        )
 
     def plan(
         self,

@@ -18,6 +18,7 @@ PUBLIC = [
     "Allow",
     "AlwaysRecoverable",
     "Analysis",
+    "ApprovalRejected",
     "Ask",
     "AuditEvent",
     "AuthorityScope",

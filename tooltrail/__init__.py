@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from tooltrail.client import Tooltrail, TurnHandle, TurnResult, connect, local
     from tooltrail.config import LoopDetection, RunConfig
     from tooltrail.errors import (
+        ApprovalRejected,
         ConfigurationError,
         DatabaseSchemaError,
         DuplicateToolError,
@@ -115,6 +116,7 @@ _MODULE_OF: dict[str, str] = {
     "local": "tooltrail.client",
     "LoopDetection": "tooltrail.config",
     "RunConfig": "tooltrail.config",
+    "ApprovalRejected": "tooltrail.errors",
     "ConfigurationError": "tooltrail.errors",
     "DatabaseSchemaError": "tooltrail.errors",
     "DuplicateToolError": "tooltrail.errors",
@@ -207,6 +209,7 @@ __all__ = [
     "Allow",
     "AlwaysRecoverable",
     "Analysis",
+    "ApprovalRejected",
     "Ask",
     "AuditEvent",
     "AuthorityScope",

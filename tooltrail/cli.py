@@ -73,6 +73,8 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(db_app, name="db")
 app.add_typer(history_app, name="history")
 app.add_typer(config_app, name="config")
+approvers_app = typer.Typer(help="Approvers who sign approvals.", no_args_is_help=True)
+app.add_typer(approvers_app, name="approvers")
 
 console = Console()
 errors = Console(stderr=True)
@@ -804,15 +806,17 @@ def _client_options() -> tuple[str, str]:
     return settings.temporal_address, settings.namespace
 
 
-async def _turn_handle(turn_id: str, temporal_address: str | None) -> Any:
+async def _turn_handle(turn_id: str, temporal_address: str | None, store: Any = None) -> Any:
     from tooltrail.client import TurnHandle
     from tooltrail.wire import TurnOutput
 
     client = await _client(temporal_address)
-    return TurnHandle(client.get_workflow_handle(turn_id, result_type=TurnOutput))
+    return TurnHandle(client.get_workflow_handle(turn_id, result_type=TurnOutput), store)
 
 
-async def _running_turn(turn_id: str, temporal_address: str | None, call_id: str) -> Any:
+async def _running_turn(
+    turn_id: str, temporal_address: str | None, call_id: str, store: Any = None
+) -> Any:
     """The handle of a turn that is still running, or the one-line error that it is not.
 
     Raises:
@@ -820,7 +824,7 @@ async def _running_turn(turn_id: str, temporal_address: str | None, call_id: str
     """
     from temporalio.client import WorkflowExecutionStatus
 
-    handle = await _turn_handle(turn_id, temporal_address)
+    handle = await _turn_handle(turn_id, temporal_address, store)
     try:
         description = await handle.workflow_handle.describe()
     except RPCError as exc:
@@ -835,10 +839,25 @@ async def _running_turn(turn_id: str, temporal_address: str | None, call_id: str
 
 
 async def _answer(
-    turn_id: str, call_id: str, temporal_address: str | None, answer: Callable[[Any], Any]
+    turn_id: str,
+    call_id: str,
+    temporal_address: str | None,
+    answer: Callable[[Any], Any],
+    database_url: str | None = None,
 ) -> None:
-    handle = await _running_turn(turn_id, temporal_address, call_id)
+    from tooltrail.db.migrate import check_schema
+    from tooltrail.db.store import AuditStore
+    from tooltrail.errors import ApprovalRejected
+
+    # The audit database records an answer the turn refuses (a refused Update leaves no
+    # history); without a migrated one the refusal is still the command's answer.
+    url = _database_url(database_url)
+    store: AuditStore | None = None
+    with contextlib.suppress(Exception):
+        await check_schema(url)
+        store = AuditStore(url)
     try:
+        handle = await _running_turn(turn_id, temporal_address, call_id, store)
         await answer(handle)
     except RPCError as exc:
         # The turn ended between the check and the answer.
@@ -847,23 +866,77 @@ async def _answer(
         raise CommandError(
             f"turn {turn_id!r} has ended: call {call_id!r} is no longer waiting for approval"
         ) from exc
+    except ApprovalRejected as exc:
+        if not exc.reason.startswith("approval rejected:"):
+            raise CommandError(
+                f"{exc} in turn {turn_id!r}; `tooltrail approvals --all` lists what waits"
+            ) from exc
+        raise CommandError(f"{exc} (call {call_id!r} of turn {turn_id!r} keeps waiting)") from exc
     except ConfigurationError as exc:  # the turn runs, but this call does not wait
         raise CommandError(
             f"{exc} in turn {turn_id!r}; `tooltrail approvals --all` lists what waits"
         ) from exc
+    finally:
+        if store is not None:
+            await store.close()
+
+
+KeyOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--key",
+        envvar="TOOLTRAIL_APPROVER_KEY",
+        help="Sign with this Ed25519 private key (PEM); needed where approvers are configured.",
+    ),
+]
+ExpiresOption = Annotated[
+    float,
+    typer.Option("--expires-in", min=1, help="Seconds the signed answer stays valid."),
+]
+
+
+def _approver(by: str | None, key: Path | None) -> str | None:
+    """Who answers: ``--by``, else (signing) ``TOOLTRAIL_APPROVER_NAME``, else ``$USER``."""
+    if by:
+        return by
+    if key is not None and Settings().approver_name:
+        return Settings().approver_name
+    return os.environ.get("USER")
 
 
 @app.command()
 def approve(
     turn_id: Annotated[str, typer.Argument(help="The turn id.")],
     call_id: Annotated[str, typer.Argument(help="The tool call id waiting for approval.")],
-    by: Annotated[str | None, typer.Option(help="Who approves (recorded).")] = None,
+    by: Annotated[
+        str | None,
+        typer.Option(help="Who approves: a claim unsigned, the approver's name with --key."),
+    ] = None,
+    key: KeyOption = None,
+    expires_in: ExpiresOption = 900,
     temporal_address: AddressOption = None,
+    database_url: DatabaseOption = None,
 ) -> None:
-    """Approve a call of an interactive turn that a hook parked with Ask."""
-    who = by or os.environ.get("USER")
-    _run(_answer(turn_id, call_id, temporal_address, lambda h: h.approve(call_id, by=who)))
-    console.print(Text(f"approved {call_id} of {turn_id}"), soft_wrap=True)
+    """Approve a call of an interactive turn that a hook parked with Ask.
+
+    With --key the approval is signed for this turn, this call and the arguments it waits
+    with; a turn whose workers have approvers configured accepts nothing else.
+    """
+    from datetime import timedelta
+
+    who = _approver(by, key)
+    validity = timedelta(seconds=expires_in)
+    _run(
+        _answer(
+            turn_id,
+            call_id,
+            temporal_address,
+            lambda h: h.approve(call_id, by=who, key=key, expires_in=validity),
+            database_url,
+        )
+    )
+    signed = f" (signed by {who})" if key is not None else ""
+    console.print(Text(f"approved {call_id} of {turn_id}{signed}"), soft_wrap=True)
 
 
 @app.command()
@@ -871,13 +944,31 @@ def deny(
     turn_id: Annotated[str, typer.Argument(help="The turn id.")],
     call_id: Annotated[str, typer.Argument(help="The tool call id waiting for approval.")],
     reason: Annotated[str, typer.Option(help="Why (the model reads it).")],
-    by: Annotated[str | None, typer.Option(help="Who denies (recorded).")] = None,
+    by: Annotated[
+        str | None,
+        typer.Option(help="Who denies: a claim unsigned, the approver's name with --key."),
+    ] = None,
+    key: KeyOption = None,
+    expires_in: ExpiresOption = 900,
     temporal_address: AddressOption = None,
+    database_url: DatabaseOption = None,
 ) -> None:
-    """Deny a call of an interactive turn that a hook parked with Ask."""
-    who = by or os.environ.get("USER")
-    _run(_answer(turn_id, call_id, temporal_address, lambda h: h.deny(call_id, reason, by=who)))
-    console.print(Text(f"denied {call_id} of {turn_id}"), soft_wrap=True)
+    """Deny a call of an interactive turn that a hook parked with Ask (--key signs it)."""
+    from datetime import timedelta
+
+    who = _approver(by, key)
+    validity = timedelta(seconds=expires_in)
+    _run(
+        _answer(
+            turn_id,
+            call_id,
+            temporal_address,
+            lambda h: h.deny(call_id, reason, by=who, key=key, expires_in=validity),
+            database_url,
+        )
+    )
+    signed = f" (signed by {who})" if key is not None else ""
+    console.print(Text(f"denied {call_id} of {turn_id}{signed}"), soft_wrap=True)
 
 
 def _duration(seconds: float) -> str:
@@ -891,7 +982,10 @@ def _duration(seconds: float) -> str:
 
 @app.command()
 def approvals(
-    turn_id: Annotated[str | None, typer.Argument(help="The turn id.")] = None,
+    turn_id: Annotated[str | None, typer.Argument(help="The turn id (or `history`).")] = None,
+    history_of: Annotated[
+        str | None, typer.Argument(metavar="[TURN]", help="With `history`: the turn.")
+    ] = None,
     all_turns: Annotated[
         bool,
         typer.Option(
@@ -899,13 +993,24 @@ def approvals(
         ),
     ] = False,
     temporal_address: AddressOption = None,
+    database_url: DatabaseOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """List the calls waiting for approval: of one turn, or of every running turn (--all)."""
+    """List the calls waiting for approval: of one turn, or of every running turn (--all).
+
+    `tooltrail approvals history TURN` shows every decision on the turn's asks and every
+    answer it refused: who decided, whether it was signed, and whether the signature still
+    verifies with the approvers configured now (TOOLTRAIL_APPROVERS, TOOLTRAIL_APPROVERS_FILE).
+    """
     from datetime import UTC
 
     from tooltrail.client import Tooltrail, WaitingApproval
 
+    if history_of is not None:
+        if turn_id != "history":
+            raise typer.BadParameter("one TURN, or `history TURN`")
+        _approval_history(history_of, database_url, json_output)
+        return
     if (turn_id is None) == (not all_turns):
         raise typer.BadParameter("give a TURN, or --all (not both)")
 
@@ -967,6 +1072,58 @@ def approvals(
             age,
             deadline,
             Text(preview(item.question, 200)),
+        )
+    print_table(console, table)
+
+
+def _approval_history(turn_id: str, database_url: str | None, json_output: bool) -> None:
+    """Print a turn's approval history (``approvals history TURN``)."""
+    from tooltrail.approval_history import ApprovalRecord, approval_history
+    from tooltrail.db.approvals import list_rejections
+
+    try:
+        approvers = Settings().approver_keys()
+    except ConfigurationError as exc:
+        raise CommandError(str(exc)) from exc
+
+    async def read(store: Any) -> list[ApprovalRecord]:
+        turn = await store.turn(turn_id)
+        rejections = await list_rejections(store, turn_id)
+        if turn is None and not rejections:
+            raise CommandError(f"no such turn {turn_id!r} in the audit database")
+        return approval_history(await store.events(turn_id), rejections, approvers)
+
+    records = _run(_with_store(_database_url(database_url), read))
+    if json_output:
+        print_json(console, [r.model_dump(mode="json") for r in records])
+        return
+    if not records:
+        console.print("no call of this turn asked for approval")
+        return
+    from rich.table import Table
+
+    from tooltrail.render import id_column
+
+    table = Table(title=f"Approvals of {turn_id}", title_justify="left")
+    table.add_column("at", no_wrap=True)
+    id_column(table, "call")
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("by", overflow="fold")
+    table.add_column("signature", no_wrap=True)
+    table.add_column("detail", overflow="fold")
+    for record in records:
+        if not record.signed:
+            signature = "unsigned"
+        else:
+            signature = "verifies" if record.verifies else "DOES NOT VERIFY"
+        detail = record.problem if record.outcome == "rejected" or not record.verifies else None
+        table.add_row(
+            record.at.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
+            Text(record.tool_call_id),
+            Text(record.outcome),
+            Text(record.by or ""),
+            signature,
+            Text(preview(detail or record.reason or "", 200)),
         )
     print_table(console, table)
 
@@ -1261,6 +1418,41 @@ def main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+@approvers_app.command("keygen")
+def approvers_keygen(
+    name: Annotated[str, typer.Argument(help="The approver's name, as the workers list it.")],
+    out: Annotated[
+        Path, typer.Option("-o", "--out", help="The private key file to write (mode 0600).")
+    ],
+    json_output: JsonOption = False,
+) -> None:
+    """Make an approver's Ed25519 key pair: the private key to a file, the public key shown.
+
+    Give the printed `NAME:KEY` entry to the workers (TOOLTRAIL_APPROVERS or
+    TOOLTRAIL_APPROVERS_FILE, or Host(approvers=...)); the approver signs with
+    `tooltrail approve TURN CALL --key FILE --by NAME`.
+    """
+    from tooltrail.approver_keys import generate_approver_key, public_key_text, write_approver_key
+
+    if not name or any(c in name for c in ":,#\n"):
+        raise CommandError(f"an approver name has no ':', ',', '#' or newline: {name!r}")
+    key = generate_approver_key()
+    try:
+        write_approver_key(key, out)
+    except FileExistsError:
+        raise CommandError(f"{out} exists; a key file is never overwritten") from None
+    except OSError as exc:
+        raise CommandError(f"cannot write {out}: {exc.strerror}") from None
+    entry = f"{name}:{public_key_text(key)}"
+    if json_output:
+        print_json(
+            console, {"name": name, "public_key": public_key_text(key), "key_file": str(out)}
+        )
+        return
+    console.print(Text(f"wrote the private key of {name!r} to {out} (keep it to yourself)"))
+    console.print(Text(f"approver entry for the workers: {entry}"), soft_wrap=True)
 
 
 if __name__ == "__main__":

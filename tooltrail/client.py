@@ -14,10 +14,12 @@ import json
 import logging
 import random
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel
 from temporalio.client import (
     Client,
@@ -37,11 +39,19 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from tooltrail.access import AccessDecision
+from tooltrail.approval_history import ApprovalRecord, approval_history
+from tooltrail.approver_keys import load_approver_key, sign_statement
 from tooltrail.config import RunConfig
+from tooltrail.db.approvals import (
+    RejectedApproval,
+    list_rejections,
+    record_rejection,
+)
 from tooltrail.db.store import AuditStore, TurnSummary
 from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.embedded import DEV_SERVER_ARGS, start_dev_server
 from tooltrail.errors import (
+    ApprovalRejected,
     ConfigurationError,
     LoopDetected,
     ToolRecoveryExhausted,
@@ -56,6 +66,7 @@ from tooltrail.replays import RecordedTurn, RerunReport, compare, load_turn
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
+from tooltrail.signatures import ApprovalStatement, SignedApproval, arguments_digest
 from tooltrail.telemetry import ensure_configured
 from tooltrail.text import nesting_exceeds
 from tooltrail.tools import Tool, ToolRegistry
@@ -90,6 +101,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("tooltrail.client")
+
+DEFAULT_APPROVAL_VALIDITY = timedelta(minutes=15)
+"""How long a signed approval is valid unless the approver says otherwise."""
 
 TurnResult = TurnOutput
 """The outcome of a turn: ``turn_id`` and ``results`` in the model's call order."""
@@ -222,23 +236,109 @@ class TurnHandle:
         )
         return pending
 
-    async def approve(self, tool_call_id: str, *, by: str | None = None) -> None:
+    async def approve(
+        self,
+        tool_call_id: str,
+        *,
+        by: str | None = None,
+        key: Path | bytes | Ed25519PrivateKey | None = None,
+        expires_in: timedelta = DEFAULT_APPROVAL_VALIDITY,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
         """Approve a call parked on a hook's ``Ask``; it runs at once.
 
-        Raises:
-            ConfigurationError: the call is not waiting for approval.
-        """
-        await self._answer(ApprovalInput(tool_call_id=tool_call_id, approved=True, by=by))
+        Args:
+            tool_call_id: the waiting call.
+            by: who approves. Without ``key`` only a claim, recorded as given; with it, the
+                approver name the deployment lists for the key.
+            key: the approver's Ed25519 private key (a PEM file, PEM bytes or a key): signs
+                the approval for this turn, this call and the arguments it waits with.
+            expires_in: how long the signed approval is valid (the call may wait for its
+                turn's workflow task meanwhile).
+            arguments: the arguments the approver reviewed, which the signature binds to
+                (default: the ones the call waits with, asked of the turn).
 
-    async def deny(self, tool_call_id: str, reason: str, *, by: str | None = None) -> None:
+        Raises:
+            ApprovalRejected: the turn refused it (not waiting, unsigned where approvers are
+                configured, forged, expired, for other arguments...); the call keeps waiting.
+            ConfigurationError: ``key`` without ``by``, or a key that cannot be used.
+        """
+        answer = ApprovalInput(tool_call_id=tool_call_id, approved=True, by=by)
+        if key is not None:
+            answer.signed = await self._sign(answer, key, expires_in, arguments)
+        await self._answer(answer)
+
+    async def deny(
+        self,
+        tool_call_id: str,
+        reason: str,
+        *,
+        by: str | None = None,
+        key: Path | bytes | Ed25519PrivateKey | None = None,
+        expires_in: timedelta = DEFAULT_APPROVAL_VALIDITY,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
         """Deny a call parked on a hook's ``Ask``; the model reads ``reason``.
 
+        Args:
+            tool_call_id: the waiting call.
+            reason: why (signed with the rest when ``key`` is given).
+            by: who denies (see ``approve``).
+            key: the approver's private key (see ``approve``).
+            expires_in: how long the signed denial is valid.
+            arguments: the arguments the approver reviewed (see ``approve``).
+
         Raises:
-            ConfigurationError: the call is not waiting for approval.
+            ApprovalRejected: the turn refused the answer; the call keeps waiting.
+            ConfigurationError: ``key`` without ``by``, or a key that cannot be used.
         """
-        await self._answer(
-            ApprovalInput(tool_call_id=tool_call_id, approved=False, reason=reason, by=by)
+        answer = ApprovalInput(tool_call_id=tool_call_id, approved=False, reason=reason, by=by)
+        if key is not None:
+            answer.signed = await self._sign(answer, key, expires_in, arguments)
+        await self._answer(answer)
+
+    async def _sign(
+        self,
+        answer: ApprovalInput,
+        key: Path | bytes | Ed25519PrivateKey,
+        expires_in: timedelta,
+        arguments: dict[str, Any] | None,
+    ) -> SignedApproval:
+        """Sign the answer for the reviewed arguments, by default the ones the call waits with."""
+        if not answer.by:
+            raise ConfigurationError("a signed approval needs the approver's name (by=...)")
+        private = load_approver_key(key)
+        if arguments is None:
+            pending = {p.tool_call_id: p for p in await self.pending_approvals()}
+            waiting = pending.get(answer.tool_call_id)
+            if waiting is None:
+                names = ", ".join(sorted(pending)) or "none"
+                raise ApprovalRejected(
+                    f"call {answer.tool_call_id!r} is not waiting for approval (waiting: {names})"
+                )
+            arguments = waiting.arguments
+        try:
+            digest = arguments_digest(arguments)
+        except ValueError as exc:
+            raise ConfigurationError(f"the arguments cannot be signed: {exc}") from None
+        statement = ApprovalStatement(
+            approver=answer.by,
+            turn_id=self.turn_id,
+            tool_call_id=answer.tool_call_id,
+            arguments_sha256=digest,
+            decision="approve" if answer.approved else "deny",
+            reason=answer.reason,
+            expires_at=datetime.now(UTC) + expires_in,
         )
+        return sign_statement(statement, private)
+
+    async def submit_approval(self, answer: ApprovalInput) -> None:
+        """Send a prepared answer, e.g. one signed elsewhere (a signing service, an HSM).
+
+        Raises:
+            ApprovalRejected: the turn refused it (and the refusal was recorded).
+        """
+        await self._answer(answer)
 
     async def _answer(self, answer: ApprovalInput) -> None:
         try:
@@ -246,7 +346,34 @@ class TurnHandle:
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
             message = cause.message if isinstance(cause, ApplicationError) else str(cause)
-            raise ConfigurationError(message) from exc
+            await self._record_rejection(answer, message)
+            raise ApprovalRejected(message) from exc
+
+    async def _record_rejection(self, answer: ApprovalInput, reason: str) -> None:
+        """Record a refused answer: a rejected Update leaves nothing in the history."""
+        if self._store is None:
+            return
+        signed = answer.signed
+        rejected = RejectedApproval(
+            turn_id=self.turn_id,
+            tool_call_id=answer.tool_call_id,
+            approver=signed.statement.approver if signed is not None else answer.by,
+            reason=reason,
+            answer=answer.model_dump_json(),
+            created_at=datetime.now(UTC),
+        )
+        try:
+            await record_rejection(self._store, rejected)
+        except Exception as exc:
+            # The turn's refusal is the answer; a lost record must not hide it.
+            log.warning("could not record the refused approval of turn %r: %s", self.turn_id, exc)
+            log.debug("the record's failure", exc_info=True)
+
+    async def approval_rejections(self) -> list[RejectedApproval]:
+        """The answers this turn refused, as their senders recorded them, oldest first."""
+        if self._store is None:
+            return []
+        return await list_rejections(self._store, self.turn_id)
 
 
 class WaitingApproval(PendingApproval):
@@ -751,6 +878,19 @@ class Tooltrail:
         could not be checked (unknown turn, history deleted by retention, no codec keys).
         """
         return await verify_turn(self.client, self.store, turn_id)
+    async def approval_history(
+        self, turn_id: str, *, approvers: Mapping[str, str] | None = None
+    ) -> list[ApprovalRecord]:
+        """Every decision on a turn's asks and every answer it refused, in time order.
+
+        Args:
+            turn_id: the turn.
+            approvers: the approvers to re-check signatures with (default: the host's,
+                else the settings'), name to base64 public key.
+        """
+        keys = self.host.approver_keys() if approvers is None else approvers
+        events = await self.store.events(turn_id)
+        return approval_history(events, await list_rejections(self.store, turn_id), keys)
 
     async def memory(self, session_id: str) -> list[MemoryEntry]:
         """Return a session's memory entries."""

@@ -13,6 +13,7 @@ The tree::
     ├── RegistryFrozenError           a registry was changed after a worker was built on it
     ├── DatabaseSchemaError           the audit database is not migrated to the code's head
     └── ConfigurationError            settings or host wiring that cannot work
+        └── ApprovalRejected          a turn refused an approval; the call keeps waiting
 
 ``ToolError`` is not in the tree on purpose: tools raise it to report an *expected* failure,
 which becomes a soft result the model reads; it never escapes a turn.
@@ -23,6 +24,7 @@ This module is pure (no I/O) so workflow code may import it.
 from __future__ import annotations
 
 __all__ = [
+    "ApprovalRejected",
     "ConfigurationError",
     "DatabaseSchemaError",
     "DuplicateToolError",
@@ -134,3 +136,16 @@ class DatabaseSchemaError(TooltrailError):
 
 class ConfigurationError(TooltrailError):
     """Raised for settings or host wiring that cannot work, with what to change."""
+
+
+class ApprovalRejected(ConfigurationError):
+    """Raised when a turn refuses an approval (forged, replayed, expired, misdirected...).
+
+    The call keeps waiting. ``reason`` is the turn's; the refusal is recorded in the
+    ``approval_rejection`` table when the client has the audit database.
+    """
+
+    def __init__(self, reason: str) -> None:
+        """Carry the turn's reason."""
+        super().__init__(reason)
+        self.reason = reason

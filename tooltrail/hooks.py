@@ -11,9 +11,10 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 __all__ = [
     "Allow",
@@ -24,6 +25,7 @@ __all__ = [
     "PostToolUseContext",
     "PreToolHook",
     "PreToolUseContext",
+    "expired_ask_text",
     "headless_ask_text",
     "run_post_hooks",
     "run_pre_hooks",
@@ -52,15 +54,24 @@ class Block(BaseModel):
 
 
 class Ask(BaseModel):
-    """Ask a human first: headless sessions refuse; interactive turns wait for an approval."""
+    """Ask a human first: headless sessions refuse; interactive turns wait for an approval.
+
+    ``expires_in`` (seconds, or a ``timedelta``) is this ask's own deadline: when it passes
+    before the turn's ``approval_timeout_s`` with no answer, the call is denied with a
+    reason that says the approval expired.
+    """
 
     kind: Literal["ask"] = "ask"
     message: str
+    expires_in: float | None = Field(default=None, gt=0)
+    """Seconds a human has to answer; ``None``: the turn's ``approval_timeout_s``."""
 
     def __init__(self, message: str | None = None, /, **data: Any) -> None:
-        """Create a question: ``Ask("delete 3 files?")``."""
+        """Create a question: ``Ask("delete 3 files?", expires_in=300)``."""
         if message is not None:
             data["message"] = message
+        if isinstance(data.get("expires_in"), timedelta):
+            data["expires_in"] = data["expires_in"].total_seconds()
         super().__init__(**data)
 
 
@@ -115,11 +126,18 @@ class HookDecision(BaseModel):
     """The block reason, or the question."""
     hook: str
     """Which hook decided (its class name and position)."""
+    expires_in: float | None = None
+    """An ``Ask``'s own deadline, in seconds (``Ask(expires_in=...)``)."""
 
 
 def headless_ask_text(message: str) -> str:
     """The refusal text of an ``Ask`` in a non-interactive session (spec §7)."""
     return f"Hook requested confirmation ({message}) but the session is not interactive"
+
+
+def expired_ask_text(message: str, seconds: float) -> str:
+    """The denial of an ``Ask`` whose deadline passed without an answer."""
+    return f"Approval expired: nobody answered ({message}) within {seconds:g}s"
 
 
 def _hook_name(hook: object, index: int) -> str:
@@ -163,7 +181,9 @@ async def run_pre_hooks(
         if isinstance(verdict, Block):
             return HookDecision(decision="block", text=verdict.reason, hook=name)
         if isinstance(verdict, Ask):
-            return HookDecision(decision="ask", text=verdict.message, hook=name)
+            return HookDecision(
+                decision="ask", text=verdict.message, hook=name, expires_in=verdict.expires_in
+            )
     return None
 
 

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from tooltrail.access import AccessConfig
 from tooltrail.breaker import CircuitBreaker
+from tooltrail.errors import ConfigurationError
 from tooltrail.llm.messages import ModelClient
 from tooltrail.memoize import MemoizingMiddleware
 from tooltrail.planner import CallVerdict
 from tooltrail.recovery import NoopReflector, Reflector
 from tooltrail.results import ToolCall
+from tooltrail.settings import Settings
+from tooltrail.signatures import decode_public_key
 from tooltrail.tools import Tool, ToolRegistry
 from tooltrail.wire import ToolMeta
 
@@ -42,6 +45,7 @@ class Host:
         managed_scratch: bool = True,
         hook_timeout_s: float = 30.0,
         model: ModelClient | None = None,
+        approvers: Mapping[str, str] | None = None,
     ) -> None:
         """Wire a host.
 
@@ -60,6 +64,12 @@ class Host:
             hook_timeout_s: how long one hook call may take before it counts as an error.
             model: the model client of agent runs (``OpenAIChatClient``,
                 ``AnthropicMessagesClient``, ``ScriptedModel``...), or ``None``.
+            approvers: approvers whose signed approvals the turns accept, name to base64
+                Ed25519 public key; ``None`` takes them from the settings
+                (``TOOLTRAIL_APPROVERS``, ``TOOLTRAIL_APPROVERS_FILE``), ``{}`` means none.
+
+        Raises:
+            ConfigurationError: an approver's key is not a base64 Ed25519 public key.
         """
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.hooks = list(hooks)
@@ -74,11 +84,32 @@ class Host:
         self.managed_scratch = managed_scratch
         self.hook_timeout_s = hook_timeout_s
         self.model = model
+        self.approvers: dict[str, str] | None = None
+        if approvers is not None:
+            self.approvers = {}
+            for name, key in approvers.items():
+                try:
+                    if not name:
+                        raise ValueError("an approver needs a name")
+                    decode_public_key(key)
+                except ValueError as exc:
+                    raise ConfigurationError(f"approver {name!r}: {exc}") from None
+                self.approvers[name] = key.strip()
 
     @classmethod
     def coerce(cls, value: Host | ToolRegistry | Iterable[Tool]) -> Host:
         """Accept a ``Host``, a ``ToolRegistry`` or a list of tools."""
         return value if isinstance(value, Host) else cls(value)
+
+    def approver_keys(self) -> dict[str, str]:
+        """The approvers the worker's turns accept: the wiring's, or else the settings'.
+
+        Raises:
+            ConfigurationError: the settings name approvers that cannot be used.
+        """
+        if self.approvers is not None:
+            return dict(self.approvers)
+        return Settings().approver_keys()
 
     def verdicts(self, calls: Sequence[ToolCall]) -> list[CallVerdict]:
         """Evaluate each tool's concurrency declaration on its call's arguments.

@@ -191,6 +191,18 @@ class Settings(BaseSettings):
     codec_server_tls_key: Path | None = None
     """PEM private key of ``codec_server_tls_cert``."""
 
+    # -- signed approvals ------------------------------------------------------------------
+    approvers: str | None = None
+    """Approvers whose signed approvals a worker's turns accept: ``name:base64key`` entries
+    (the raw Ed25519 public key), comma-separated. With none here, in ``approvers_file`` or
+    in the host wiring, approvals are unsigned and their ``by`` is only a claim."""
+    approvers_file: Path | None = None
+    """A file of approvers, one ``name:base64key`` a line (``#`` comments), read by workers."""
+    approver_key: Path | None = None
+    """The PEM private key ``tooltrail approve``/``deny`` sign with (``--key``)."""
+    approver_name: str | None = None
+    """The approver name ``tooltrail approve``/``deny`` sign as (``--by``)."""
+
     # -- model endpoints -------------------------------------------------------------------
     openai_base_url: str = "https://api.openai.com/v1"
     """Base URL of an OpenAI-compatible chat completions API."""
@@ -322,6 +334,34 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.data_dir / 'tooltrail.db'}"
+
+    def approver_keys(self) -> dict[str, str]:
+        """The configured approvers, name to base64 public key (``approvers`` and the file).
+
+        Raises:
+            ConfigurationError: a malformed entry, an unreadable file, or a name given twice.
+        """
+        from tooltrail.errors import ConfigurationError
+        from tooltrail.signatures import parse_approvers
+
+        texts = [("TOOLTRAIL_APPROVERS", self.approvers or "")]
+        if self.approvers_file is not None:
+            try:
+                texts.append((str(self.approvers_file), self.approvers_file.read_text("utf-8")))
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigurationError(
+                    f"cannot read the approvers file {self.approvers_file}: {exc}"
+                ) from None
+        found: dict[str, str] = {}
+        for source, text in texts:
+            try:
+                parsed = parse_approvers(text)
+            except ValueError as exc:
+                raise ConfigurationError(f"{source}: {exc}") from None
+            for name in parsed.keys() & found.keys():
+                raise ConfigurationError(f"approver {name!r} is configured twice")
+            found.update(parsed)
+        return found
 
     def codec_key_ring(self) -> dict[str, bytes]:
         """Return the codec keys by id, the active one first; empty without ``codec_keys``.

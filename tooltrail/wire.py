@@ -22,6 +22,7 @@ from tooltrail.memoize import MemoCache, MemoPlan
 from tooltrail.planner import CallVerdict
 from tooltrail.recovery import Analysis
 from tooltrail.results import Part, ToolCall, ToolDispatchResult
+from tooltrail.signatures import SignedApproval
 
 __all__ = [
     "ATTEMPT_OUTCOME",
@@ -205,6 +206,9 @@ class HostFeatures(BaseModel):
     """Pre/post tool hooks are installed (a loop stop must ask them first)."""
     memory: bool = True
     """Successful calls write trajectory memory."""
+    approvers: dict[str, str] = Field(default_factory=dict)
+    """Approvers whose signed approvals the turn accepts, name to base64 Ed25519 public
+    key; empty: approvals are unsigned (``by`` is a claim)."""
 
 
 class ToolMeta(BaseModel):
@@ -491,7 +495,10 @@ class ApprovalInput(BaseModel):
     reason: str | None = None
     """Why it was denied (the model reads it)."""
     by: str | None = None
-    """Who decided (recorded in the audit trail)."""
+    """Who decided (recorded in the audit trail); without a signature, only a claim."""
+    signed: SignedApproval | None = None
+    """The approver's signed statement; required when the deployment has approvers, and
+    then ``approved``, ``by`` and ``reason`` are the statement's."""
 
 
 class PendingApproval(BaseModel):
@@ -505,6 +512,9 @@ class PendingApproval(BaseModel):
     """When the call started waiting (workflow time)."""
     deadline: datetime | None = None
     """When the wait ends with the headless refusal if nobody answers."""
+    arguments_sha256: str | None = None
+    """The digest a signed approval must name (``tooltrail.signatures.arguments_digest``);
+    ``None`` for arguments JSON cannot carry (NaN), which no approval can match."""
 
 
 class ModelSettings(BaseModel):

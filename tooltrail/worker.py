@@ -74,6 +74,7 @@ PURE_MODULES = (
     "tooltrail.planner",
     "tooltrail.recovery",
     "tooltrail.results",
+    "tooltrail.signatures",
     "tooltrail.text",
     "tooltrail.wire",
 )

@@ -3,6 +3,10 @@
 A ``Block`` is the answer. An ``Ask`` is refused in a non-interactive turn; in an
 interactive one the call is parked until a human answers through the turn's ``approval``
 Update (or the timeout passes), with the trail written first so the human can read it.
+With approvers configured (``HostFeatures.approvers``) an answer must carry a signed
+statement that verifies against one of them, for this turn, this call and the arguments
+about to run, unexpired and not used before: the Update's validator refuses anything else
+with a reason, so a refused answer never enters the history and the call keeps waiting.
 Deterministic code only.
 """
 
@@ -13,13 +17,17 @@ from typing import Any
 
 from temporalio import workflow
 
-from tooltrail.hooks import HookDecision, headless_ask_text
+from tooltrail.hooks import HookDecision, expired_ask_text, headless_ask_text
 from tooltrail.results import ToolCall
+from tooltrail.signatures import arguments_digest, check_approval
 from tooltrail.wire import ApprovalInput, PendingApproval
 from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
 
-__all__ = ["Approvals"]
+__all__ = ["ASK_EXPIRES_PATCH", "Approvals", "approval_rejection", "take_answer"]
+
+ASK_EXPIRES_PATCH = "ask-expires-in"
+"""``workflow.patched`` id of an ``Ask`` with its own deadline."""
 
 
 class Approvals:
@@ -46,8 +54,12 @@ class Approvals:
                 text = headless_ask_text(hook.text)
                 payload["outcome"] = "refused (session not interactive)"
             else:
-                answer = await self._await(call, tool_name, arguments, hook.text)
-                if answer is None:
+                answer, expired = await self._await(call, tool_name, arguments, hook)
+                if expired:
+                    # The ask's own deadline passed first: a denial that says so.
+                    text = expired_ask_text(hook.text, hook.expires_in or 0.0)
+                    payload.update(outcome="expired", reason=text)
+                elif answer is None:
                     text = headless_ask_text(hook.text)
                     payload["outcome"] = "refused (no answer in time)"
                 elif answer.approved:
@@ -56,30 +68,94 @@ class Approvals:
                 else:
                     text = answer.reason or f"denied by {answer.by or 'a reviewer'}"
                     payload.update(outcome="denied", by=answer.by, reason=answer.reason)
+                if answer is not None and answer.signed is not None:
+                    # The statement and its signature, so the trail can be re-checked later.
+                    payload["signed"] = answer.signed.model_dump(mode="json")
         self._trail.emit("hook_decision", payload, call_id=call.id, tool=tool_name, attempt=attempt)
         return text
 
     async def _await(
-        self, call: ToolCall, tool_name: str, arguments: dict[str, Any], question: str
-    ) -> ApprovalInput | None:
-        """Park the call until the ``approval`` Update arrives or the timeout passes."""
+        self, call: ToolCall, tool_name: str, arguments: dict[str, Any], hook: HookDecision
+    ) -> tuple[ApprovalInput | None, bool]:
+        """Park the call until the ``approval`` Update arrives or the wait ends.
+
+        Returns the answer (``None``: none in time) and whether the ask's own deadline
+        (``Ask(expires_in=...)``) is what ended the wait.
+        """
         state = self._state
         await self._trail.checkpoint(force=True)  # a human may look at the trail meanwhile
         # A query's answer, not history: adding the times changes no replay.
         asked_at = workflow.now()
-        timeout = timedelta(seconds=state.input.config.approval_timeout_s)
+        seconds = state.input.config.approval_timeout_s
+        expiring = False
+        # Only an ask with its own deadline takes this path (histories recorded before it
+        # carry none); the marker keeps its shorter timer apart from them all the same.
+        if hook.expires_in is not None and workflow.patched(ASK_EXPIRES_PATCH):
+            expiring = hook.expires_in <= seconds
+            seconds = min(seconds, hook.expires_in)
+        timeout = timedelta(seconds=seconds)
         state.waiting[call.id] = PendingApproval(
             tool_call_id=call.id,
             tool_name=tool_name,
-            question=question,
+            question=hook.text,
             arguments=arguments,
             asked_at=asked_at,
             deadline=asked_at + timeout,
+            arguments_sha256=_digest(arguments),
         )
         try:
             await workflow.wait_condition(lambda: call.id in state.answers, timeout=timeout)
         except TimeoutError:
-            return None
+            return None, expiring
         finally:
             del state.waiting[call.id]
-        return state.answers.pop(call.id)
+        return state.answers.pop(call.id), False
+
+
+def _digest(arguments: dict[str, Any]) -> str | None:
+    try:
+        return arguments_digest(arguments)
+    except ValueError:  # NaN or infinity: no canonical form
+        return None
+
+
+def approval_rejection(state: TurnState, answer: ApprovalInput) -> str | None:
+    """Why the turn refuses ``answer`` (the ``approval`` Update's validator), or ``None``.
+
+    Read-only: a validator must not change the turn's state.
+    """
+    pending = state.waiting.get(answer.tool_call_id)
+    if pending is None:
+        names = ", ".join(sorted(state.waiting)) or "none"
+        return f"call {answer.tool_call_id!r} is not waiting for approval (waiting: {names})"
+    approvers = state.plan.features.approvers
+    if not approvers:
+        return None  # unsigned approvals: ``by`` is a claim
+    signed = answer.signed
+    if signed is None:
+        return (
+            "approval rejected: this deployment accepts only signed approvals "
+            "(tooltrail approve --key FILE)"
+        )
+    reason = check_approval(
+        signed,
+        approvers=approvers,
+        turn_id=state.record.turn_id,
+        tool_call_id=answer.tool_call_id,
+        arguments=pending.arguments,
+        now=workflow.now(),
+        used=state.used_signatures,
+    )
+    if reason is None and (signed.statement.decision == "approve") != answer.approved:
+        reason = f"the signed decision is {signed.statement.decision!r}, the answer's is not"
+    return None if reason is None else f"approval rejected: {reason}"
+
+
+def take_answer(state: TurnState, answer: ApprovalInput) -> None:
+    """Take up an answer the validator accepted; a signed one speaks for itself."""
+    signed = answer.signed
+    if signed is not None and state.plan.features.approvers:
+        state.used_signatures.add(signed.signature)
+        statement = signed.statement
+        answer = answer.model_copy(update={"by": statement.approver, "reason": statement.reason})
+    state.answers[answer.tool_call_id] = answer

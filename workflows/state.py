@@ -70,6 +70,8 @@ class TurnState:
     """Calls parked on a hook's ``Ask``, by call id."""
     answers: dict[str, ApprovalInput] = field(default_factory=dict)
     """Approvals received and not yet taken up, by call id."""
+    used_signatures: set[str] = field(default_factory=set)
+    """Signatures of the signed approvals this turn took up (a second use is a replay)."""
     conversation: ConversationAppend | None = None
     """An agent turn's tool results for its run's conversation (with the final record)."""
 

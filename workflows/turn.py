@@ -42,6 +42,7 @@ from tooltrail.wire import (
     TurnRecord,
     TurnStatus,
 )
+from tooltrail.workflows.approvals import approval_rejection, take_answer
 from tooltrail.workflows.attempt import CallPipeline
 from tooltrail.workflows.failures import (
     application_error,
@@ -138,16 +139,13 @@ class TurnWorkflow:
     @workflow.update(name="approval")
     async def approval(self, answer: ApprovalInput) -> None:
         """Approve or deny a call parked on a hook's ``Ask``."""
-        self._state.answers[answer.tool_call_id] = answer
+        take_answer(self._state, answer)
 
     @approval.validator
     def _validate_approval(self, answer: ApprovalInput) -> None:
-        waiting = self._state.waiting
-        if answer.tool_call_id not in waiting:
-            names = ", ".join(sorted(waiting)) or "none"
-            raise ValueError(
-                f"call {answer.tool_call_id!r} is not waiting for approval (waiting: {names})"
-            )
+        reason = approval_rejection(self._state, answer)
+        if reason is not None:
+            raise ValueError(reason)
 
     @workflow.query(name="pending_approvals")
     def pending_approvals(self) -> list[PendingApproval]:

@@ -23,6 +23,7 @@ from tests.support.stand_ins import BrokenScratch, PonderingReflector, SlowModel
 from tooltrail import (
     AlwaysRecoverable,
     Analysis,
+    ApprovalRejected,
     CircuitBreaker,
     FixedDelay,
     Host,
@@ -40,6 +41,7 @@ from tooltrail import (
     TurnCancelled,
     tool,
 )
+from tooltrail.approver_keys import generate_approver_key, public_key_text
 from tooltrail.db.migrate import upgrade
 from tooltrail.db.store import AuditStore
 from tooltrail.embedded import start_dev_server
@@ -246,6 +248,40 @@ async def hooks_and_approval(tt: Tooltrail) -> str:
     return handle.turn_id
 
 
+RECORDER_KEY = generate_approver_key()
+
+
+async def signed_approval(tt: Tooltrail) -> str:
+    handle = await tt.start_turn(
+        [ToolCall("c1", "multipart", {}), ToolCall("c2", "echo", {"text": "ok"})],
+        session_id="hist-signed",
+        config=RunConfig(interactive=True),
+    )
+    for _ in range(200):
+        if await handle.pending_approvals():
+            break
+        await asyncio.sleep(0.05)
+    with contextlib.suppress(ApprovalRejected):  # refused by the validator: no history
+        await handle.approve("c1", by="recorder")
+    await handle.approve("c1", by="recorder", key=RECORDER_KEY)
+    await handle.result()
+    return handle.turn_id
+
+
+class AskBriefly:
+    async def pre_tool(self, ctx: PreToolUseContext) -> Ask | None:
+        return Ask("quick?", expires_in=0.3) if ctx.tool_name == "multipart" else None
+
+
+async def ask_expired(tt: Tooltrail) -> str:
+    turn = await tt.run_turn(
+        [ToolCall("c1", "multipart", {}), ToolCall("c2", "echo", {"text": "ok"})],
+        session_id="hist-expired",
+        config=RunConfig(interactive=True),
+    )
+    return turn.turn_id
+
+
 async def breaker_and_memo(tt: Tooltrail) -> str:
     await tt.run_turn([ToolCall("c0", "echo", {"text": "cache me"})], session_id="hist-memo")
     turn = await tt.run_turn(
@@ -442,6 +478,15 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "loop_stop": (loop_stop, Host(TOOLS)),
     "hooks_and_approval": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
     "shadow_replay": (shadow_replay, Host(TOOLS)),
+    "ask_expired": (ask_expired, Host(TOOLS, hooks=[AskBriefly()])),
+    "signed_approval": (
+        signed_approval,
+        Host(
+            TOOLS,
+            hooks=[Gatekeeper()],
+            approvers={"recorder": public_key_text(RECORDER_KEY)},
+        ),
+    ),
     "batched_audit": (batched_audit, Host(TOOLS, reflector=AlwaysRecoverable())),
     "model_turn": (model_turn, Host(TOOLS, model=agent_model())),
     "model_turn_local_model": (local_model_turn, Host(TOOLS, model=agent_model())),

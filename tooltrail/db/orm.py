@@ -26,6 +26,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
+    "ApprovalRejectionRow",
     "AuditEventRow",
     "Base",
     "BlobRow",
@@ -225,3 +226,22 @@ class MaintenanceLeaseRow(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     holder: Mapped[str] = mapped_column(String(255))
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+class ApprovalRejectionRow(Base):
+    """An approval the turn's validator refused (a rejected Update leaves no history).
+
+    Written by the client that sent it; the texts are stored as they came, NUL bytes and
+    lone surrogates escaped (PostgreSQL refuses them), so nothing a sender chose is lost.
+    """
+
+    __tablename__ = "approval_rejection"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    turn_id: Mapped[str] = mapped_column(Text, index=True)
+    tool_call_id: Mapped[str] = mapped_column(Text)
+    approver: Mapped[str | None] = mapped_column(Text)
+    """Who the approval says decided (the signed statement's approver, or ``by``)."""
+    reason: Mapped[str] = mapped_column(Text)
+    """The validator's reason."""
+    answer: Mapped[str] = mapped_column(Text)
+    """The approval as sent (JSON text: the statement and its signature, if signed)."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
