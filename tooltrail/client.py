@@ -878,6 +878,7 @@ class Tooltrail:
         could not be checked (unknown turn, history deleted by retention, no codec keys).
         """
         return await verify_turn(self.client, self.store, turn_id)
+
     async def approval_history(
         self, turn_id: str, *, approvers: Mapping[str, str] | None = None
     ) -> list[ApprovalRecord]:

@@ -226,6 +226,8 @@ class MaintenanceLeaseRow(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     holder: Mapped[str] = mapped_column(String(255))
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class ApprovalRejectionRow(Base):
     """An approval the turn's validator refused (a rejected Update leaves no history).
 
