@@ -837,7 +837,8 @@ async def _complete(
     """Record the outcome (with the caller's audit row, in one transaction).
 
     Tried at least ``_COMPLETE_TRIES`` times (the spec's minimum), then on for up to
-    ``_COMPLETE_PATIENCE_S`` (or most of the lease, if longer), heartbeating meanwhile:
+    ``_COMPLETE_PATIENCE_S`` (or most of the lease, if longer), or, with a ``heartbeat``
+    (inside an activity), until it lands, heartbeating meanwhile:
     giving up would make the activity's retry wait out the lease and run the body a second
     time, so a short database outage would turn an idempotent side effect into two.
     """
@@ -869,7 +870,11 @@ async def _complete(
             attempt += 1
             # Elapsed is the larger of wall time and time slept, so a fake sleep ends it too.
             elapsed = max(time.monotonic() - started, slept)
-            if attempt >= _COMPLETE_TRIES and elapsed + delay > patience:
+            # Inside an activity (a heartbeat to call) the owner keeps trying until the
+            # outcome lands: the body returned, and failing the activity would make Temporal
+            # run it again once the lease lapsed. Cancellation or the activity's timeout end
+            # the wait; a lease lost meanwhile is reported (``lease_lost``), not hidden.
+            if attempt >= _COMPLETE_TRIES and elapsed + delay > patience and heartbeat is None:
                 raise
             log.warning("completing idempotency key %s failed; retrying", key, exc_info=True)
             if heartbeat is not None:
@@ -926,6 +931,7 @@ async def _run_owned(
             ttl_seconds=policy.ttl_seconds,
             sleep=sleep,
             on_complete=on_complete,
+            heartbeat=heartbeat,
         )
         raise
     except BaseException:
@@ -941,6 +947,7 @@ async def _run_owned(
         ttl_seconds=policy.ttl_seconds,
         sleep=sleep,
         on_complete=on_complete,
+        heartbeat=heartbeat,
     )
     return IdempotentResult(
         status="ok",

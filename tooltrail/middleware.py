@@ -33,6 +33,7 @@ from temporalio import activity
 
 from tooltrail.dispatcher import DispatchResult, ToolDispatcher
 from tooltrail.errors import ToolError
+from tooltrail.heartbeats import beat
 from tooltrail.idempotency import CachedToolError, IdempotencyStoreUnavailable
 from tooltrail.results import Part, TextPart, ToolOutput
 from tooltrail.similarity import best_match
@@ -327,11 +328,6 @@ def _activity_attempt() -> int:
         return 1
 
 
-BODY_STARTED = "body-started"
-"""Heartbeat detail while a tool body may be running; a retried attempt reads it back to
-tell a lost worker's interrupted body (``retry_on_interrupt=False``) from a clean retry."""
-
-
 def _activity_heartbeat() -> Callable[[], None] | None:
     try:
         info = activity.info()
@@ -339,8 +335,8 @@ def _activity_heartbeat() -> Callable[[], None] | None:
         return None
     if info.is_local:
         return None  # local activities have no heartbeats; their timeout bounds them
-    # Heartbeats replace the previous details: keep saying that the body has started.
-    return lambda: activity.heartbeat(BODY_STARTED)
+    # Heartbeats replace the previous details: send all of the attempt's (tooltrail.heartbeats).
+    return beat
 
 
 # -- TimeoutMiddleware ---------------------------------------------------------------------

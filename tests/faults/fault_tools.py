@@ -16,9 +16,11 @@ from pathlib import Path
 from tooltrail import Host, Idempotency, ToolContext, tool
 
 __all__ = [
+    "BIG_OUTPUT_CHARS",
     "FAULT_DIR_ENV",
     "LEASE_ENV",
     "BodyRun",
+    "big",
     "charge",
     "host",
     "once",
@@ -137,4 +139,14 @@ async def transfer(ctx: ToolContext, order: str, seconds: float = 3.0) -> str:
     return f"transferred {order}"
 
 
-host = Host([slow, charge, pay, once, transfer])
+BIG_OUTPUT_CHARS = 300 * 1024
+
+
+@tool
+async def big(ctx: ToolContext, label: str, seconds: float = 1.0) -> str:
+    """Not idempotent; returns 300 KB (above the large-output threshold: stored in the DB)."""
+    await _body("big", ctx, label, seconds)
+    return label + "x" * (BIG_OUTPUT_CHARS - len(label))
+
+
+host = Host([slow, charge, pay, once, transfer, big])
