@@ -13,12 +13,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tooltrail import Host, Idempotency, ToolContext, tool
+from tooltrail import CircuitBreaker, Host, Idempotency, ToolContext, tool
 
 __all__ = [
     "BIG_OUTPUT_CHARS",
+    "BREAKER",
+    "BREAKER_ENV",
     "FAULT_DIR_ENV",
     "LEASE_ENV",
+    "TOOLS",
     "BodyRun",
     "big",
     "charge",
@@ -28,6 +31,7 @@ __all__ = [
     "runs",
     "slow",
     "transfer",
+    "worker_host",
 ]
 
 FAULT_DIR_ENV = "TOOLTRAIL_FAULT_DIR"
@@ -149,4 +153,19 @@ async def big(ctx: ToolContext, label: str, seconds: float = 1.0) -> str:
     return label + "x" * (BIG_OUTPUT_CHARS - len(label))
 
 
-host = Host([slow, charge, pay, once, transfer, big])
+TOOLS = [slow, charge, pay, once, transfer, big]
+
+host = Host(TOOLS)
+
+BREAKER_ENV = "TOOLTRAIL_FAULT_BREAKER"
+"""Set (to anything) for worker processes whose host has the circuit breaker below."""
+
+BREAKER = CircuitBreaker(failure_threshold=1, recovery_s=0.1, probe_timeout_s=120.0)
+"""Opens on one failure, grants a probe 0.1 s later, and the probe's lease outlives a retry."""
+
+
+def worker_host() -> Host:
+    """The host of a worker process: ``host``, with ``BREAKER`` if ``$BREAKER_ENV`` is set."""
+    if os.environ.get(BREAKER_ENV):
+        return Host(TOOLS, circuit_breaker=BREAKER)
+    return host
