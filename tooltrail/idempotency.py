@@ -65,6 +65,7 @@ __all__ = [
     "canonical_snapshot_text",
     "derive_key",
     "outcome_state",
+    "owner_of",
     "put_owner",
     "resolve_idempotency",
     "run_idempotent",
@@ -682,6 +683,20 @@ def busy_text(tool_name: str, waited_seconds: float) -> str:
     )
 
 
+def owner_of(call_id: str, attempt: int, fence: str | None = None) -> str:
+    """The owner of a claim: ``f"{call_id}#{attempt}"``, fenced with ``@fence`` if given.
+
+    A model's call ids repeat across turns (``call_0`` in every session), and a recovery
+    retry of a call runs as Temporal attempt 1 again: without the fence, two executions
+    could share an owner, and a stale one (a paused worker whose lease lapsed and was taken
+    over) would renew and commit the new holder's claim as if it were still its own. The
+    fence makes the owner one execution's: a stale owner's ``renew``/``complete`` match no
+    row, and its result is reported with ``lease_lost=True``.
+    """
+    owner = f"{call_id}#{attempt}"
+    return owner if fence is None else f"{owner}@{fence}"
+
+
 def _hit(key: str, outcome: StoredOutcome) -> IdempotentResult:
     if not outcome.ok:
         raise CachedToolError(
@@ -704,6 +719,7 @@ async def run_idempotent(
     heartbeat: Callable[[], None] | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     on_complete: OutcomeHook | None = None,
+    fence: str | None = None,
 ) -> IdempotentResult:
     """Run ``body`` at most once per key (spec §5.5): claim, then run, hit or wait.
 
@@ -729,6 +745,8 @@ async def run_idempotent(
         heartbeat: called while the body runs and while waiting (an activity heartbeat).
         sleep: waits between polls and retries (replaceable in tests).
         on_complete: the caller's writes to join the completing transaction.
+        fence: what makes this execution's owner unique (``owner_of``); inside a worker, the
+            activity execution.
 
     Raises:
         CachedToolError: a cached failure was hit.
@@ -736,7 +754,7 @@ async def run_idempotent(
             could not be recorded.
         BaseException: whatever the body raised, the same instance.
     """
-    owner = f"{call_id}#{attempt}"
+    owner = owner_of(call_id, attempt, fence)
     started = time.monotonic()
     slept = 0.0
     delay = _POLL_FIRST_S

@@ -19,6 +19,7 @@ that, so no layer can break the call/result pairing.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import logging
 import math
@@ -292,6 +293,7 @@ async def _dispatch_isolated(
                 attempt=_activity_attempt(),
                 ctx=ctx,
                 heartbeat=heartbeat,
+                fence=_activity_fence(),
             )
         if result.output is None:
             return ToolOutput(text=result.text or "", is_error=result.is_error), result
@@ -326,6 +328,17 @@ def _activity_attempt() -> int:
         return activity.info().attempt
     except RuntimeError:
         return 1
+
+
+def _activity_fence() -> str | None:
+    # One activity execution: the workflow run, the activity and its Temporal attempt (a
+    # recovery retry is a new activity id, a Temporal retry a new attempt).
+    try:
+        info = activity.info()
+    except RuntimeError:
+        return None
+    execution = f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}"
+    return hashlib.sha256(execution.encode()).hexdigest()[:16]
 
 
 def _activity_heartbeat() -> Callable[[], None] | None:
