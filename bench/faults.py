@@ -113,6 +113,9 @@ class WorkerPool:
         self.url = url
         self.directory = directory
         self.lifetime_s = lifetime_s
+        # The pool runs several workers on one database, SQLite included (refused by
+        # default: tooltrail.db.sqlite_guard); the workers inherit this environment.
+        os.environ.setdefault("TOOLTRAIL_SQLITE_SHARED", "true")
         self.workers: list[WorkerProcess] = []
         self.everyone: list[WorkerProcess] = []
         self.count = 0
