@@ -24,6 +24,7 @@ __all__ = [
     "TOOLS",
     "BodyRun",
     "big",
+    "blocking",
     "charge",
     "host",
     "once",
@@ -153,7 +154,16 @@ async def big(ctx: ToolContext, label: str, seconds: float = 1.0) -> str:
     return label + "x" * (BIG_OUTPUT_CHARS - len(label))
 
 
-TOOLS = [slow, charge, pay, once, transfer, big]
+@tool
+async def blocking(ctx: ToolContext, label: str, seconds: float = 3.0) -> str:
+    """Not idempotent; one blocking call inside ``async def`` (a sync client, say)."""
+    _log("blocking", "start", ctx, label)
+    time.sleep(seconds)  # noqa: ASYNC251 - the fault under test
+    _log("blocking", "end", ctx, label)
+    return f"{label} blocked"
+
+
+TOOLS = [slow, charge, pay, once, transfer, big, blocking]
 
 host = Host(TOOLS)
 
