@@ -240,9 +240,10 @@ def make_turn(rng: random.Random, options: Options) -> TurnOutcome:
     calls = []
     for i in range(rng.randint(options.calls_min, options.calls_max)):
         arguments: dict[str, Any] = {"label": f"c{i}", "seconds": round(rng.uniform(0.1, 0.8), 2)}
-        name = rng.choice(["charge", "slow", "big", "blocking"])
+        # Mostly the side effect and plain calls; some large outputs and blocking bodies.
+        [name] = rng.choices(["charge", "slow", "big", "blocking"], weights=[3, 3, 1, 1])
         if name == "blocking":
-            arguments["seconds"] = round(rng.uniform(2.5, 3.5), 2)  # > the heartbeat timeout
+            arguments["seconds"] = round(rng.uniform(2.2, 2.6), 2)  # > the heartbeat timeout
         if name == "charge":
             arguments["order"] = f"{turn_id}-c{i}"  # a key of its own (keys hash arguments)
         calls.append(ToolCall(f"c{i}", name, arguments))
