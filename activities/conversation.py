@@ -28,6 +28,7 @@ from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from tooltrail.activities.body_journal import until_written
 from tooltrail.activities.planning import TurnPlanner
 from tooltrail.activities.tool_execution import Recorder, heartbeating
 from tooltrail.db.store import (
@@ -89,15 +90,28 @@ class ConversationActivities:
         """
         phase = inp.phase
         answer_seq = phase.start_seq + len(phase.new_messages)
-        async with self.recorder.store.sessions.begin() as session:
-            await append_messages(
-                session, run_id=phase.run_id, start_seq=phase.start_seq, messages=phase.new_messages
-            )
-            stored = await load_conversation(session, run_id=phase.run_id, up_to=answer_seq)
-            state = (
-                None
-                if inp.session_id is None
-                else await load_session_state(session, session_id=inp.session_id)
+
+        async def load() -> tuple[list[Any], SessionState | None]:
+            async with self.recorder.store.sessions.begin() as session:
+                await append_messages(
+                    session,
+                    run_id=phase.run_id,
+                    start_seq=phase.start_seq,
+                    messages=phase.new_messages,
+                )
+                stored = await load_conversation(session, run_id=phase.run_id, up_to=answer_seq)
+                state = (
+                    None
+                    if inp.session_id is None
+                    else await load_session_state(session, session_id=inp.session_id)
+                )
+            return stored, state
+
+        # An outage before the model call waits here (heartbeating), not in Temporal's
+        # bounded retries: an agent run outlives a database outage.
+        async with heartbeating(at_once=False):
+            stored, state = await until_written(
+                load, what=f"reading the conversation of run {phase.run_id!r}"
             )
         previous = next((answer for seq, _, answer in stored if seq == answer_seq), None)
         if previous is not None:
@@ -145,8 +159,14 @@ class ConversationActivities:
         except Exception as exc:
             raise to_application_error(exc) from exc
         _refuse_truncated(response, request)
-        async with self.recorder.store.sessions.begin() as session:
-            await store_answer(session, run_id=phase.run_id, seq=answer_seq, response=response)
+
+        async def store() -> None:
+            async with self.recorder.store.sessions.begin() as session:
+                await store_answer(session, run_id=phase.run_id, seq=answer_seq, response=response)
+
+        # The model answered (a paid, non-deterministic call): with the database down, hold
+        # the answer and retry until it lands instead of failing the run or asking again.
+        await until_written(store, what=f"storing the model's answer of run {phase.run_id!r}")
         return ModelTurnOutcome(
             response=_for_history(response), plan=self._plan(inp, response, state)
         )

@@ -10,16 +10,31 @@ only the plan enters the history); an agent turn gets it with the model's answer
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Sequence
 
 from temporalio import activity
 
+from tooltrail.db.reachability import unreachable
 from tooltrail.db.store import AuditStore
 from tooltrail.host import Host
 from tooltrail.results import ToolCall
-from tooltrail.wire import TURN_PREPARE, HostFeatures, PrepareTurn, ToolMeta, TurnPlan
+from tooltrail.wire import (
+    TURN_PREPARE,
+    HostFeatures,
+    PrepareTurn,
+    SessionState,
+    ToolMeta,
+    TurnPlan,
+)
 
-__all__ = ["TurnPlanner"]
+__all__ = ["SESSION_READ_DEADLINE_S", "TurnPlanner"]
+
+log = logging.getLogger("tooltrail.turn")
+
+SESSION_READ_DEADLINE_S = 5.0
+"""How long a turn's start waits for its session's state before it starts without it."""
 
 
 class TurnPlanner:
@@ -74,5 +89,28 @@ class TurnPlanner:
         """Plan a standalone turn, with its session's state as the previous turn saved it."""
         plan = self.plan(inp.calls, advertised=inp.advertised, parallel=inp.parallel)
         if not inp.shadow:  # a shadow starts from the original turn's state, saves nothing
-            plan.session = await self.store.session_state(inp.session_id)
+            plan.session = await self._session_state(inp.session_id)
         return plan
+
+    async def _session_state(self, session_id: str) -> SessionState:
+        """The session's state; a fresh one if the database cannot be reached in time.
+
+        A turn starts and runs while the database is down (its records wait, as mid-turn
+        batches do). It then starts from a fresh state (an empty loop window and memo cache)
+        at version 0, so the state it saves (version 1) never replaces a stored one: session
+        states are only written over by newer versions.
+        """
+        try:
+            return await asyncio.wait_for(
+                self.store.session_state(session_id), SESSION_READ_DEADLINE_S
+            )
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            log.warning(
+                "session %r: the database cannot be reached; the turn starts without the "
+                "session's state (an empty loop window and memo cache), and keeps the stored one",
+                session_id,
+                exc_info=True,
+            )
+            return SessionState()

@@ -21,15 +21,16 @@ from typing import Any, Literal, assert_never
 from pydantic_core import to_jsonable_python
 from temporalio import activity
 
+from tooltrail.activities.body_journal import AttemptJournal, read_journal, until_written
 from tooltrail.breaker import CircuitBreaker
 from tooltrail.db.health import HealthStore
 from tooltrail.db.store import AuditStore
 from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.envelopes import seal_outcome
+from tooltrail.heartbeats import BODY_STARTED, attempt_details, current_details
 from tooltrail.hooks import PostToolUseContext, PreToolUseContext, run_post_hooks, run_pre_hooks
 from tooltrail.logs import call_context
 from tooltrail.middleware import (
-    BODY_STARTED,
     Middleware,
     MiddlewareCall,
     RedactingMiddleware,
@@ -77,8 +78,10 @@ def interrupted_text(name: str) -> str:
 async def heartbeating(*details: object, at_once: bool = True) -> AsyncIterator[None]:
     """Heartbeat in the background while the block runs.
 
-    Heartbeats are how Temporal notices a lost worker and delivers cancellation. With
-    ``at_once`` the first one (with ``details``) goes out before the block starts, so a
+    Heartbeats are how Temporal notices a lost worker and delivers cancellation. Without
+    ``details``, each beat sends the running tool attempt's (``tooltrail.heartbeats``), so a
+    journal recorded inside the block rides along. With
+    ``at_once`` the first one goes out before the block starts, so a
     retried attempt can tell that the block had begun; without it the first beat waits a
     third of the heartbeat timeout (a heartbeat is a call into the SDK's core: a no-op
     tool's attempt would spend more time on it than on the tool). A local activity has no
@@ -87,15 +90,23 @@ async def heartbeating(*details: object, at_once: bool = True) -> AsyncIterator[
     if activity.info().is_local:
         yield
         return
+
+    def send() -> None:
+        current = current_details()
+        if details or current is None:
+            activity.heartbeat(*details)
+        else:
+            activity.heartbeat(*current.details())
+
     if at_once:
-        activity.heartbeat(*details)
+        send()
     timeout = activity.info().heartbeat_timeout
     interval = max(0.1, timeout.total_seconds() / 3) if timeout else 10.0
 
     async def beat() -> None:
         while True:
             await asyncio.sleep(interval)
-            activity.heartbeat(*details)
+            send()
 
     task = asyncio.create_task(beat())
     try:
@@ -215,9 +226,12 @@ class ToolActivities:
     @activity.defn(name=TOOL_EXECUTE)
     async def execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
         """Run one attempt: pre hooks, breaker gate, body, post hooks (a failure is a result)."""
+        info = activity.info()
         if not inp.turn_id:
             # The workflow leaves its own id out (every byte of the input is history).
-            inp.turn_id = activity.info().workflow_id or ""
+            inp.turn_id = info.workflow_id or ""
+        # What an earlier Temporal attempt of this same attempt did (activities.body_journal).
+        journal = AttemptJournal() if info.is_local else read_journal(info.heartbeat_details)
         # Every log line of this attempt names the turn, the call and the attempt; a real
         # attempt (one that may run the tool) has its own span, named after the tool.
         with (
@@ -230,8 +244,9 @@ class ToolActivities:
                 attempt=inp.attempt,
                 enabled=not (inp.hooks_only or inp.shadow),
             ) as span,
+            attempt_details(journal),
         ):
-            outcome = await self._run(inp)
+            outcome = await self._run(inp, journal)
             match outcome:
                 case Ran() | ShadowServed():
                     span.finish(
@@ -255,7 +270,49 @@ class ToolActivities:
         # What the workflow knows goes back unsaid (the workflow's open_outcome restores it).
         return seal_outcome(outcome, inp)
 
-    async def _run(self, inp: ExecuteAttempt) -> _Answer:
+    async def _run(self, inp: ExecuteAttempt, journal: AttemptJournal) -> _Answer:
+        adopted = None if (inp.hooks_only or inp.shadow) else journal.ran
+        if adopted is None:
+            before = await self._before_body(inp, journal)
+            if before is not None:
+                return before
+            ran = await self._attempt(inp)
+            # Journaled before anything is written after the body: whatever fails from here
+            # on, a Temporal retry adopts this result instead of running the body again.
+            journal.record_ran(ran)
+            if self.health is not None:
+                # Recorded once per tooltrail attempt: an adopting retry skips it.
+                await self._record_health(*self.health, ran)
+        else:
+            log.warning(
+                "tool %r: the body already returned in Temporal attempt %d's predecessor; "
+                "adopting its result (the body does not run again)",
+                inp.tool_name,
+                activity.info().attempt,
+            )
+            ran = adopted
+        outcome = await self._written(ran, inp)
+        if self.hooks:
+            outcome.post_hook_errors = await run_post_hooks(
+                self.hooks,
+                PostToolUseContext(
+                    tool_name=inp.tool_name,
+                    input=inp.arguments,
+                    output=render_text(ran.output),
+                    is_error=outcome.is_error,
+                    duration_ms=int(outcome.duration_ms),
+                    session_id=inp.session_id,
+                    turn_id=inp.turn_id,
+                    tool_call_id=inp.tool_call_id,
+                ),
+                timeout_s=self.hook_timeout_s,
+            )
+        return outcome
+
+    async def _before_body(
+        self, inp: ExecuteAttempt, journal: AttemptJournal
+    ) -> HookRefused | HooksPassed | ShadowServed | BreakerRefused | None:
+        """Pre hooks, then the breaker gate; an answer if the body must not run."""
         if self.hooks and not inp.skip_pre_hooks:
             decision = await run_pre_hooks(
                 self.hooks,
@@ -279,27 +336,15 @@ class ToolActivities:
             # tool body, no post hooks (user code with side effects); the result comes from
             # the original turn's audit trail, screened by today's access gate and guardrails.
             return await self._shadow_attempt(inp)
-        if self.health is not None and not await self._gate(*self.health, inp.tool_name):
+        # Once per tooltrail attempt: a Temporal retry of an attempt that passed the gate is
+        # the same attempt (a lost half-open probe must not be refused by its own probe).
+        if (
+            self.health is not None
+            and not journal.gate_passed
+            and not await self._gate(*self.health, inp.tool_name, journal)
+        ):
             return BreakerRefused()
-        outcome = await self._attempt(inp)
-        if self.health is not None:
-            await self._record_health(*self.health, outcome)
-        if self.hooks:
-            outcome.post_hook_errors = await run_post_hooks(
-                self.hooks,
-                PostToolUseContext(
-                    tool_name=inp.tool_name,
-                    input=inp.arguments,
-                    output=render_text(outcome.output),
-                    is_error=outcome.is_error,
-                    duration_ms=int(outcome.duration_ms),
-                    session_id=inp.session_id,
-                    turn_id=inp.turn_id,
-                    tool_call_id=inp.tool_call_id,
-                ),
-                timeout_s=self.hook_timeout_s,
-            )
-        return outcome
+        return None
 
     async def _shadow_attempt(self, inp: ExecuteAttempt) -> ShadowServed:
         def soft(text: str) -> ShadowServed:
@@ -355,12 +400,14 @@ class ToolActivities:
             "output_preview": text[: MEMORY_FIELD_LIMIT + 1],
         }
 
-    async def _dispatch_record(self, record: Any, inp: ExecuteAttempt) -> dict[str, Any] | None:
+    async def _dispatch_record(
+        self, record: dict[str, Any] | None, inp: ExecuteAttempt
+    ) -> dict[str, Any] | None:
         """The dispatch record for the audit trail; a large raw value goes to the database."""
         if record is None:
             return None
         limit = inp.large_output_bytes
-        data: dict[str, Any] = record.model_dump(mode="json")
+        data: dict[str, Any] = dict(record)
         encoded = json.dumps(data.get("value"), ensure_ascii=False)
         if limit > 0 and len(encoded.encode("utf-8")) > limit:
             key = hashlib.sha256(encoded.encode("utf-8")).hexdigest()
@@ -370,10 +417,12 @@ class ToolActivities:
         return data
 
     @staticmethod
-    async def _gate(health: HealthStore, breaker: CircuitBreaker, tool_name: str) -> bool:
+    async def _gate(
+        health: HealthStore, breaker: CircuitBreaker, tool_name: str, journal: AttemptJournal
+    ) -> bool:
         """Step 4: may the requested tool run? The breakers are shared through the database."""
         try:
-            return await health.allow_request(tool_name, breaker)
+            allowed, probe = await health.gate(tool_name, breaker)
         except Exception:
             # The breaker protects the downstream service, not the audit trail: with the
             # database unreachable, let the call through rather than stop every tool.
@@ -381,6 +430,10 @@ class ToolActivities:
                 "circuit breaker unavailable for %r; allowing the call", tool_name, exc_info=True
             )
             return True
+        if allowed:
+            # A probe's mark goes out at once: a worker lost right after still leaves it.
+            journal.pass_gate(send=probe)
+        return allowed
 
     @staticmethod
     async def _record_health(health: HealthStore, breaker: CircuitBreaker, outcome: Ran) -> None:
@@ -432,11 +485,13 @@ class ToolActivities:
         started_at = datetime.now(UTC)
         # Only a tool that must not run twice needs the "body started" mark before the body.
         at_once = tool is not None and not tool.retry_on_interrupt
-        async with heartbeating(BODY_STARTED, at_once=at_once):
+        details = current_details()
+        if details is not None:
+            details.body_started = True
+        async with heartbeating(at_once=at_once):
             result = await run_pipeline(self.middleware, self.core, call)
-        claimed = await self._claim_check(result.output, inp.large_output_bytes)
         return Ran(
-            **claimed,
+            output=result.output,
             started_at=started_at,
             finished_at=datetime.now(UTC),
             is_error=result.is_error,
@@ -445,5 +500,21 @@ class ToolActivities:
             resolved_tool_name=result.resolved_tool_name or inp.tool_name,
             display_hint=result.display_hint,
             reflector=self.reflector,
-            dispatch=await self._dispatch_record(result.dispatch, inp),
+            dispatch=None if result.dispatch is None else result.dispatch.model_dump(mode="json"),
         )
+
+    async def _written(self, ran: Ran, inp: ExecuteAttempt) -> Ran:
+        """What the attempt writes after the body: large values go to the database.
+
+        Retried until it lands (``until_written``): the body returned, so failing the
+        activity would run it again.
+        """
+        claimed = await until_written(
+            lambda: self._claim_check(ran.output, inp.large_output_bytes),
+            what=f"storing the large output of {inp.tool_call_id!r}",
+        )
+        dispatch = await until_written(
+            lambda: self._dispatch_record(ran.dispatch, inp),
+            what=f"storing the dispatch record of {inp.tool_call_id!r}",
+        )
+        return ran.model_copy(update={**claimed, "dispatch": dispatch})

@@ -17,6 +17,12 @@ every few seconds and starts a replacement after a random pause. At the end, for
   If ``ctx.idempotency_key`` is ``None`` (idempotency not wired into the dispatcher), every
   re-execution is reported as at-least-once instead.
 - re-executions of ``slow`` (not idempotent): at least once, reported.
+- ``big`` (not idempotent, 300 KB outputs stored in the database after the body) and
+  ``blocking`` (an ``async def`` body that blocks its loop longer than the 2 s heartbeat
+  timeout): a body that finished on a live worker, or ran again with no kill to explain it,
+  ran twice because of tooltrail itself: must be 0. With ``--outages`` (and ``--postgres``)
+  the database is also stopped for 1-3 s every 6-12 s, so large outputs and audit batches
+  meet outages.
 
 Exit status 0 when every turn completed with no event lost or duplicated and no idempotent
 double execution.
@@ -73,6 +79,7 @@ class Options:
     database_url: str | None
     postgres: bool
     keep: bool
+    outages: bool = False
 
 
 @dataclass
@@ -90,6 +97,33 @@ class Chaos:
     def killed_pids(self) -> set[int]:
         """The pids the chaos loop killed."""
         return set(self.killed_at)
+
+
+@dataclass
+class Outages:
+    """What the outage loop did."""
+
+    count: int = 0
+    seconds: float = 0.0
+
+
+async def outage_loop(
+    postgres: Any, rng: random.Random, stop: asyncio.Event, outages: Outages
+) -> None:
+    """Stop the database for 1-3 s every 6-12 s (a throwaway PostgreSQL of the bench's own)."""
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=rng.uniform(6.0, 12.0))
+        if stop.is_set():
+            return
+        down = rng.uniform(1.0, 3.0)
+        await postgres.stop()
+        try:
+            await asyncio.sleep(down)
+        finally:
+            await postgres.start()
+        outages.count += 1
+        outages.seconds += down
 
 
 @dataclass
@@ -113,6 +147,9 @@ class WorkerPool:
         self.url = url
         self.directory = directory
         self.lifetime_s = lifetime_s
+        # The pool runs several workers on one database, SQLite included (refused by
+        # default: tooltrail.db.sqlite_guard); the workers inherit this environment.
+        os.environ.setdefault("TOOLTRAIL_SQLITE_SHARED", "true")
         self.workers: list[WorkerProcess] = []
         self.everyone: list[WorkerProcess] = []
         self.count = 0
@@ -203,7 +240,10 @@ def make_turn(rng: random.Random, options: Options) -> TurnOutcome:
     calls = []
     for i in range(rng.randint(options.calls_min, options.calls_max)):
         arguments: dict[str, Any] = {"label": f"c{i}", "seconds": round(rng.uniform(0.1, 0.8), 2)}
-        name = rng.choice(["charge", "slow"])
+        # Mostly the side effect and plain calls; some large outputs and blocking bodies.
+        [name] = rng.choices(["charge", "slow", "big", "blocking"], weights=[3, 3, 1, 1])
+        if name == "blocking":
+            arguments["seconds"] = round(rng.uniform(2.2, 2.6), 2)  # > the heartbeat timeout
         if name == "charge":
             arguments["order"] = f"{turn_id}-c{i}"  # a key of its own (keys hash arguments)
         calls.append(ToolCall(f"c{i}", name, arguments))
@@ -214,6 +254,10 @@ def expected_output(call: ToolCall) -> str:
     """What the call's tool returns."""
     assert isinstance(call.arguments, dict)
     label = call.arguments["label"]
+    if call.name == "big":
+        return label + "x" * (fault_tools.BIG_OUTPUT_CHARS - len(label))
+    if call.name == "blocking":
+        return f"{label} blocked"
     return f"charged {label}" if call.name == "charge" else f"{label} done"
 
 
@@ -347,10 +391,10 @@ async def run(options: Options, directory: Path) -> int:
         return await bench(options, directory)
     async with throwaway_postgres() as postgres:
         options.database_url = postgres.url
-        return await bench(options, directory)
+        return await bench(options, directory, postgres if options.outages else None)
 
 
-async def bench(options: Options, directory: Path) -> int:
+async def bench(options: Options, directory: Path, postgres: Any = None) -> int:
     """Run the turns under chaos; print the report; return the exit status."""
     rng = random.Random(options.seed)
     os.environ[FAULT_DIR_ENV] = str(directory)
@@ -371,14 +415,24 @@ async def bench(options: Options, directory: Path) -> int:
             await pool.add(chaos)
         tt = Tooltrail(env.client, fault_tools.host, task_queue=pool.task_queue, store=store)
         chaos_task = asyncio.create_task(chaos_loop(pool, options, rng, stop, chaos))
+        outages = Outages()
+        outage_task = (
+            None
+            if postgres is None
+            else asyncio.create_task(
+                outage_loop(postgres, random.Random(rng.random()), stop, outages)
+            )
+        )
         permits = asyncio.Semaphore(options.concurrency)
         try:
             await asyncio.gather(*(run_turn(tt, o, permits, deadline) for o in outcomes))
         finally:
             stop.set()
             await chaos_task
+            if outage_task is not None:
+                await outage_task
         elapsed = time.monotonic() - started
-        return await summarize(tt, outcomes, chaos, options, directory, elapsed)
+        return await summarize(tt, outcomes, chaos, options, directory, elapsed, outages)
     finally:
         await pool.close()
         await store.close()
@@ -415,6 +469,7 @@ async def summarize(
     options: Options,
     directory: Path,
     elapsed: float,
+    outages: Outages | None = None,
 ) -> int:
     """Check every turn against its audit trail and the tools' logs; print the table."""
     problems: list[str] = []
@@ -443,6 +498,12 @@ async def summarize(
     charges = fault_tools.runs("charge", directory)
     charge = reruns(charges, turn_ids, chaos.killed_at)
     slow = reruns(fault_tools.runs("slow", directory), turn_ids, chaos.killed_at)
+    big = reruns(fault_tools.runs("big", directory), turn_ids, chaos.killed_at)
+    blocking = reruns(fault_tools.runs("blocking", directory), turn_ids, chaos.killed_at)
+    # Not idempotent, so a lost worker's body runs again (at least once); but a body that
+    # finished on a live worker, or ran twice with no kill, ran twice because of tooltrail.
+    big_twice = big.after_finished_body + big.without_kill
+    blocking_twice = blocking.after_finished_body + blocking.without_kill
     keys_wired = any(r.key is not None for r in charges if r.turn_id in turn_ids)
     charge_calls = sum(c.name == "charge" for o in outcomes for c in o.calls)
     lease = f"{options.lease_s:g} s" if options.lease_s > 0 else "default 60 s"
@@ -481,7 +542,13 @@ async def summarize(
     rows += [
         ("at-least-once re-executions of slow (not idempotent)", slow.extra_starts),
         ("  of them with no kill to explain them", slow.without_kill),
+        ("big (300 KB outputs) run twice by tooltrail itself", big_twice),
+        ("  big re-runs after its worker died mid-body", big.after_killed_body),
+        ("blocking async bodies run twice by tooltrail itself", blocking_twice),
+        ("  blocking re-runs after its worker died mid-body", blocking.after_killed_body),
     ]
+    if outages is not None and outages.count:
+        rows.append(("database outages (total s)", f"{outages.count} ({outages.seconds:.1f})"))
     durations = sorted(o.seconds for o in outcomes if o.seconds is not None)
     if durations:
         median = durations[len(durations) // 2]
@@ -502,7 +569,19 @@ async def summarize(
         print(f"killed between end and commit: {timeline(call_runs, chaos)}")
     for problem in problems[:50]:
         console.print(f"[red]problem[/]: {problem}")
-    failed = completed != options.turns or wrong or lost or duplicated or (keys_wired and double)
+    for name, twice, found in (("big", big_twice, big), ("blocking", blocking_twice, blocking)):
+        if twice:
+            problems.append(f"{twice} body(ies) of {name} ran twice with no lost worker:")
+            problems += [timeline(call_runs, chaos) for call_runs in found.suspicious]
+    failed = (
+        completed != options.turns
+        or wrong
+        or lost
+        or duplicated
+        or (keys_wired and double)
+        or big_twice
+        or blocking_twice
+    )
     return 1 if failed else 0
 
 
@@ -533,6 +612,11 @@ def parse(argv: list[str] | None = None) -> Options:
         "--postgres", action="store_true", help="a throwaway PostgreSQL server of the bench's own"
     )
     parser.add_argument("--keep", action="store_true", help="keep the logs' temporary directory")
+    parser.add_argument(
+        "--outages",
+        action="store_true",
+        help="with --postgres: stop the database for 1-3 s every 6-12 s as well",
+    )
     args: dict[str, Any] = vars(parser.parse_args(argv))
     if args["seed"] is None:
         args["seed"] = random.SystemRandom().randrange(1_000_000)
@@ -541,6 +625,8 @@ def parse(argv: list[str] | None = None) -> Options:
         parser.error("need 1 <= --calls-min <= --calls-max")
     if options.turns < 1 or options.workers < 1 or options.concurrency < 1:
         parser.error("--turns, --workers and --concurrency must be at least 1")
+    if options.outages and not options.postgres:
+        parser.error("--outages needs --postgres (a server the bench may stop)")
     if not 0 < options.kill_every_min_s <= options.kill_every_max_s:
         parser.error("need 0 < --kill-every-min <= --kill-every-max")
     return options

@@ -573,6 +573,24 @@ async def test_complete_is_retried_with_backoff_while_the_claim_is_ours() -> Non
     assert store.complete_calls == len(sleeps) + 1
 
 
+async def test_complete_inside_an_activity_keeps_trying_until_it_lands() -> None:
+    # With a heartbeat (inside an activity), giving up would fail the activity and make
+    # Temporal run the body again: the owner keeps trying (a 2-minute outage here).
+    sleeps: list[float] = []
+    beats: list[int] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    store = FlakyStore(complete_failures=70)
+    body = Runs().body("v")
+    result = await run(store, body, sleep=fake_sleep, heartbeat=lambda: beats.append(1))
+    assert (result.status, result.lease_lost, store.complete_calls) == ("ok", False, 71)
+    assert sum(sleeps) > 120.0
+    assert len(beats) >= 70
+    assert await store.get("k") == StoredOutcome(ok=True, value="v", source_call_id="c1")
+
+
 async def test_both_stores_implement_the_protocol(tmp_path: Path) -> None:
     audit = AuditStore(f"sqlite:///{tmp_path / 'unused.db'}")
     try:

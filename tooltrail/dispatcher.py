@@ -204,6 +204,7 @@ class ToolDispatcher:
         attempt: int = 1,
         ctx: ToolContext | None = None,
         heartbeat: Callable[[], None] | None = None,
+        fence: str | None = None,
     ) -> DispatchResult:
         """Run one call through the steps of spec §2.
 
@@ -214,6 +215,8 @@ class ToolDispatcher:
             attempt: the Temporal activity attempt (1-based), part of the claim's owner.
             ctx: the tool context (default: one for a session named after the call).
             heartbeat: called while an idempotent call runs or waits (an activity heartbeat).
+            fence: makes the idempotency claim's owner this execution's own
+                (``tooltrail.idempotency.owner_of``).
 
         Raises:
             UnknownToolError: the name is not registered.
@@ -284,6 +287,7 @@ class ToolDispatcher:
                 attempt=attempt,
                 body=lambda: _normalized(body),
                 heartbeat=heartbeat,
+                fence=fence,
             )
         except CachedToolError as cached:
             await record.write("tool_error", text=str(cached), source=cached.source_call_id)

@@ -65,6 +65,7 @@ __all__ = [
     "canonical_snapshot_text",
     "derive_key",
     "outcome_state",
+    "owner_of",
     "put_owner",
     "resolve_idempotency",
     "run_idempotent",
@@ -682,6 +683,20 @@ def busy_text(tool_name: str, waited_seconds: float) -> str:
     )
 
 
+def owner_of(call_id: str, attempt: int, fence: str | None = None) -> str:
+    """The owner of a claim: ``f"{call_id}#{attempt}"``, fenced with ``@fence`` if given.
+
+    A model's call ids repeat across turns (``call_0`` in every session), and a recovery
+    retry of a call runs as Temporal attempt 1 again: without the fence, two executions
+    could share an owner, and a stale one (a paused worker whose lease lapsed and was taken
+    over) would renew and commit the new holder's claim as if it were still its own. The
+    fence makes the owner one execution's: a stale owner's ``renew``/``complete`` match no
+    row, and its result is reported with ``lease_lost=True``.
+    """
+    owner = f"{call_id}#{attempt}"
+    return owner if fence is None else f"{owner}@{fence}"
+
+
 def _hit(key: str, outcome: StoredOutcome) -> IdempotentResult:
     if not outcome.ok:
         raise CachedToolError(
@@ -704,6 +719,7 @@ async def run_idempotent(
     heartbeat: Callable[[], None] | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     on_complete: OutcomeHook | None = None,
+    fence: str | None = None,
 ) -> IdempotentResult:
     """Run ``body`` at most once per key (spec §5.5): claim, then run, hit or wait.
 
@@ -729,6 +745,8 @@ async def run_idempotent(
         heartbeat: called while the body runs and while waiting (an activity heartbeat).
         sleep: waits between polls and retries (replaceable in tests).
         on_complete: the caller's writes to join the completing transaction.
+        fence: what makes this execution's owner unique (``owner_of``); inside a worker, the
+            activity execution.
 
     Raises:
         CachedToolError: a cached failure was hit.
@@ -736,7 +754,7 @@ async def run_idempotent(
             could not be recorded.
         BaseException: whatever the body raised, the same instance.
     """
-    owner = f"{call_id}#{attempt}"
+    owner = owner_of(call_id, attempt, fence)
     started = time.monotonic()
     slept = 0.0
     delay = _POLL_FIRST_S
@@ -837,7 +855,8 @@ async def _complete(
     """Record the outcome (with the caller's audit row, in one transaction).
 
     Tried at least ``_COMPLETE_TRIES`` times (the spec's minimum), then on for up to
-    ``_COMPLETE_PATIENCE_S`` (or most of the lease, if longer), heartbeating meanwhile:
+    ``_COMPLETE_PATIENCE_S`` (or most of the lease, if longer), or, with a ``heartbeat``
+    (inside an activity), until it lands, heartbeating meanwhile:
     giving up would make the activity's retry wait out the lease and run the body a second
     time, so a short database outage would turn an idempotent side effect into two.
     """
@@ -869,7 +888,11 @@ async def _complete(
             attempt += 1
             # Elapsed is the larger of wall time and time slept, so a fake sleep ends it too.
             elapsed = max(time.monotonic() - started, slept)
-            if attempt >= _COMPLETE_TRIES and elapsed + delay > patience:
+            # Inside an activity (a heartbeat to call) the owner keeps trying until the
+            # outcome lands: the body returned, and failing the activity would make Temporal
+            # run it again once the lease lapsed. Cancellation or the activity's timeout end
+            # the wait; a lease lost meanwhile is reported (``lease_lost``), not hidden.
+            if attempt >= _COMPLETE_TRIES and elapsed + delay > patience and heartbeat is None:
                 raise
             log.warning("completing idempotency key %s failed; retrying", key, exc_info=True)
             if heartbeat is not None:
@@ -926,6 +949,7 @@ async def _run_owned(
             ttl_seconds=policy.ttl_seconds,
             sleep=sleep,
             on_complete=on_complete,
+            heartbeat=heartbeat,
         )
         raise
     except BaseException:
@@ -941,6 +965,7 @@ async def _run_owned(
         ttl_seconds=policy.ttl_seconds,
         sleep=sleep,
         on_complete=on_complete,
+        heartbeat=heartbeat,
     )
     return IdempotentResult(
         status="ok",

@@ -19,6 +19,7 @@ that, so no layer can break the call/result pairing.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import logging
 import math
@@ -33,6 +34,7 @@ from temporalio import activity
 
 from tooltrail.dispatcher import DispatchResult, ToolDispatcher
 from tooltrail.errors import ToolError
+from tooltrail.heartbeats import beat
 from tooltrail.idempotency import CachedToolError, IdempotencyStoreUnavailable
 from tooltrail.results import Part, TextPart, ToolOutput
 from tooltrail.similarity import best_match
@@ -291,6 +293,7 @@ async def _dispatch_isolated(
                 attempt=_activity_attempt(),
                 ctx=ctx,
                 heartbeat=heartbeat,
+                fence=_activity_fence(),
             )
         if result.output is None:
             return ToolOutput(text=result.text or "", is_error=result.is_error), result
@@ -327,9 +330,15 @@ def _activity_attempt() -> int:
         return 1
 
 
-BODY_STARTED = "body-started"
-"""Heartbeat detail while a tool body may be running; a retried attempt reads it back to
-tell a lost worker's interrupted body (``retry_on_interrupt=False``) from a clean retry."""
+def _activity_fence() -> str | None:
+    # One activity execution: the workflow run, the activity and its Temporal attempt (a
+    # recovery retry is a new activity id, a Temporal retry a new attempt).
+    try:
+        info = activity.info()
+    except RuntimeError:
+        return None
+    execution = f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}"
+    return hashlib.sha256(execution.encode()).hexdigest()[:16]
 
 
 def _activity_heartbeat() -> Callable[[], None] | None:
@@ -339,8 +348,8 @@ def _activity_heartbeat() -> Callable[[], None] | None:
         return None
     if info.is_local:
         return None  # local activities have no heartbeats; their timeout bounds them
-    # Heartbeats replace the previous details: keep saying that the body has started.
-    return lambda: activity.heartbeat(BODY_STARTED)
+    # Heartbeats replace the previous details: send all of the attempt's (tooltrail.heartbeats).
+    return beat
 
 
 # -- TimeoutMiddleware ---------------------------------------------------------------------

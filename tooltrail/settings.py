@@ -154,6 +154,9 @@ class Settings(BaseSettings):
     """Task queue of the turn workflows and tool activities."""
     database_url: str | None = None
     """Audit database URL; ``None`` means the embedded SQLite file under ``data_dir``."""
+    sqlite_shared: bool = False
+    """Let several worker processes share one SQLite file (refused by default: SQLite is the
+    one-process default; PostgreSQL is the database for several workers)."""
     data_dir: Path = Field(default_factory=default_data_dir)
     """Directory of the embedded SQLite file and the embedded server's state."""
     embedded_startup_timeout_s: float = Field(default=60.0, gt=0)

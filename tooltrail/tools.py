@@ -12,7 +12,6 @@ This module runs worker-side and client-side, never in workflow code.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import functools
@@ -30,7 +29,9 @@ from typing import Any, ClassVar, Literal, get_type_hints, overload
 
 from pydantic import AliasChoices, AliasPath, BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
+from temporalio import activity
 
+from tooltrail.body_lanes import run_async_body, run_sync_body
 from tooltrail.errors import (
     DuplicateToolError,
     RegistryFrozenError,
@@ -471,6 +472,7 @@ class Tool:
         timeout_s: float | None = None,
         retry_on_interrupt: bool = True,
         local: bool = False,
+        own_loop: bool = True,
     ) -> None:
         """Build a tool from a function; prefer the ``@tool`` decorator.
 
@@ -513,6 +515,10 @@ class Tool:
                 "again)"
             )
         self.local = local
+        self.own_loop = own_loop
+        """An ``async def`` body runs on an event loop of its own inside a worker
+        (``tooltrail.body_lanes``), so a blocking call in it cannot stop the worker's
+        heartbeats; ``False`` runs it on the worker's loop (it shares loop-bound objects)."""
         self.is_async = inspect.iscoroutinefunction(fn)
         self.context_param: str | None = None
         self._model_param: str | None = None
@@ -812,8 +818,10 @@ class Tool:
         if self.context_param is not None:
             kwargs[self.context_param] = ctx
         if self.is_async:
+            if self.own_loop and _in_worker_activity():
+                return await run_async_body(self.name, lambda: self.fn(**kwargs))
             return await self.fn(**kwargs)
-        return await asyncio.to_thread(self.fn, **kwargs)
+        return await run_sync_body(self.name, functools.partial(self.fn, **kwargs))
 
 
 DynamicHandler = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
@@ -885,6 +893,8 @@ class DynamicTool(Tool):
         self._instance = None
         self.timeout_s = None
         self.retry_on_interrupt = True
+        # Dynamic handlers (MCP sessions, say) hold objects bound to the worker's loop.
+        self.own_loop = False
         self.local = False
         self.is_async = _is_async_callable(handler)
         self.context_param = None
@@ -929,10 +939,19 @@ class DynamicTool(Tool):
             arguments = copy.deepcopy(dict(snapshot))
         if self.is_async:
             return await self.fn(arguments, ctx)
-        result = await asyncio.to_thread(self.fn, arguments, ctx)
+        result = await run_sync_body(self.name, functools.partial(self.fn, arguments, ctx))
         if inspect.isawaitable(result):
             result = await result
         return result
+
+
+def _in_worker_activity() -> bool:
+    # Inside a (non-local) activity: the body shares the worker's event loop with every
+    # heartbeat and workflow task. A local activity's body stays (its timeout bounds it).
+    try:
+        return not activity.info().is_local
+    except RuntimeError:
+        return False
 
 
 def to_output(value: Any) -> ToolOutput:
@@ -974,6 +993,7 @@ def tool(
     timeout_s: float | None = None,
     retry_on_interrupt: bool = True,
     local: bool = False,
+    own_loop: bool = True,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -991,6 +1011,7 @@ def tool(
     timeout_s: float | None = None,
     retry_on_interrupt: bool = True,
     local: bool = False,
+    own_loop: bool = True,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool: ``@tool`` or ``@tool(name=..., ...)`` on a ``def`` or ``async def``.
 
@@ -1018,6 +1039,11 @@ def tool(
             body, and cancellation is best-effort), and an attempt whose worker is lost
             before the turn's next workflow task completes runs again, so the body may run
             more than once. The pipeline, the audit trail and recovery are the same.
+        own_loop: for an ``async def`` tool: run each body, inside a worker, on an event
+            loop of its own (the default), so a blocking call in it cannot stop the
+            worker's heartbeats (Temporal would run it again) or its other turns. ``False``
+            runs it on the worker's loop, for a body that shares loop-bound objects (an
+            ``asyncio.Event`` or a client created on that loop) with the host.
     """
 
     def wrap(func: Callable[..., Any]) -> Tool:
@@ -1032,6 +1058,7 @@ def tool(
             extra=extra,
             timeout_s=timeout_s,
             retry_on_interrupt=retry_on_interrupt,
+            own_loop=own_loop,
             local=local,
         )
 

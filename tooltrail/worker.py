@@ -27,6 +27,7 @@ from tooltrail.codec import codec_from_settings, data_converter
 from tooltrail.converter import wire_data_converter
 from tooltrail.db.idempotency import SqlIdempotencyStore
 from tooltrail.db.migrate import check_schema, upgrade
+from tooltrail.db.sqlite_guard import claim_sqlite_file
 from tooltrail.db.store import AuditStore
 from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.errors import ConfigurationError
@@ -122,7 +123,15 @@ def build_worker(
             ``sandbox_runner``); slower, for tests.
         **worker_options: passed to ``temporalio.worker.Worker``; the slots and the
             workflow cache default to the settings (``Settings.worker_options``).
+
+    Raises:
+        ConfigurationError: another worker process already uses the SQLite file of
+            ``store`` (unless ``TOOLTRAIL_SQLITE_SHARED``).
     """
+    if not Settings().sqlite_shared:
+        # One worker process per SQLite file (tooltrail.db.sqlite_guard says why).
+        claim_sqlite_file(store.url)
+        store.worker_claims += 1
     scratch = scratch or ScratchDirs(host.scratch_base, enabled=host.managed_scratch)
     dispatcher = ToolDispatcher(
         host.registry, store=SqlIdempotencyStore(store), access=host.access, scratch=scratch

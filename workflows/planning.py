@@ -32,12 +32,13 @@ from tooltrail.workflows.trail import Trail
 __all__ = ["Planning"]
 
 # The plan needs the session's state from the database: wait for it as long as for the
-# final audit write, so a database outage delays a turn's start rather than failing it.
+# final audit write (until it answers), so a database outage delays a turn's start rather
+# than failing it.
 _PREPARE_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30),
-    maximum_attempts=40,
+    maximum_attempts=0,
 )
 # The longest one model call may take, as an activity or a local one.
 _MODEL_TIMEOUT = timedelta(minutes=10)

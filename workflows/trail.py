@@ -30,14 +30,19 @@ from tooltrail.workflows.state import TurnState
 
 __all__ = ["Trail", "json_size"]
 
-# Audit writes must not be lost: retry them long, with a ceiling so a permanently broken
-# database ends in a visible workflow failure rather than a silent spin.
+# The final audit write must not be lost: it retries until it lands, however long the
+# database is down (every failed try is logged by the worker). A retry policy of a local
+# activity is the worker's business: no command of the history depends on it.
 _RECORD_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30),
-    maximum_attempts=40,
+    maximum_attempts=0,
 )
+_BATCH_DEADLINE = timedelta(seconds=5)
+"""How long a best-effort batch may hold its turn: a database that hangs (a lock held, a
+server that accepts connections and answers nothing) costs a turn this much per batch at
+most; the records wait for the next one."""
 _BATCH_EVENTS = 200
 """Pending events that make the next tool call write a batch, however recent the last."""
 _FLUSH_BUDGET = 256 * 1024
@@ -155,7 +160,7 @@ class Trail:
                 AUDIT_RECORD,
                 RecordTurn(flush=flush, must_persist=False),
                 result_type=bool,
-                start_to_close_timeout=timedelta(seconds=30),
+                start_to_close_timeout=_BATCH_DEADLINE,
                 retry_policy=RetryPolicy(maximum_attempts=1),
             )
         except (ActivityError, ApplicationError):

@@ -13,12 +13,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tooltrail import Host, Idempotency, ToolContext, tool
+from tooltrail import CircuitBreaker, Host, Idempotency, ToolContext, tool
 
 __all__ = [
+    "BIG_OUTPUT_CHARS",
+    "BREAKER",
+    "BREAKER_ENV",
     "FAULT_DIR_ENV",
     "LEASE_ENV",
+    "TOOLS",
     "BodyRun",
+    "big",
+    "blocking",
     "charge",
     "host",
     "once",
@@ -26,6 +32,7 @@ __all__ = [
     "runs",
     "slow",
     "transfer",
+    "worker_host",
 ]
 
 FAULT_DIR_ENV = "TOOLTRAIL_FAULT_DIR"
@@ -137,4 +144,38 @@ async def transfer(ctx: ToolContext, order: str, seconds: float = 3.0) -> str:
     return f"transferred {order}"
 
 
-host = Host([slow, charge, pay, once, transfer])
+BIG_OUTPUT_CHARS = 300 * 1024
+
+
+@tool
+async def big(ctx: ToolContext, label: str, seconds: float = 1.0) -> str:
+    """Not idempotent; returns 300 KB (above the large-output threshold: stored in the DB)."""
+    await _body("big", ctx, label, seconds)
+    return label + "x" * (BIG_OUTPUT_CHARS - len(label))
+
+
+@tool
+async def blocking(ctx: ToolContext, label: str, seconds: float = 3.0) -> str:
+    """Not idempotent; one blocking call inside ``async def`` (a sync client, say)."""
+    _log("blocking", "start", ctx, label)
+    time.sleep(seconds)  # noqa: ASYNC251 - the fault under test
+    _log("blocking", "end", ctx, label)
+    return f"{label} blocked"
+
+
+TOOLS = [slow, charge, pay, once, transfer, big, blocking]
+
+host = Host(TOOLS)
+
+BREAKER_ENV = "TOOLTRAIL_FAULT_BREAKER"
+"""Set (to anything) for worker processes whose host has the circuit breaker below."""
+
+BREAKER = CircuitBreaker(failure_threshold=1, recovery_s=0.1, probe_timeout_s=120.0)
+"""Opens on one failure, grants a probe 0.1 s later, and the probe's lease outlives a retry."""
+
+
+def worker_host() -> Host:
+    """The host of a worker process: ``host``, with ``BREAKER`` if ``$BREAKER_ENV`` is set."""
+    if os.environ.get(BREAKER_ENV):
+        return Host(TOOLS, circuit_breaker=BREAKER)
+    return host

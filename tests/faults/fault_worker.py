@@ -15,7 +15,7 @@ from datetime import timedelta
 
 
 async def main(address: str, task_queue: str, database_url: str, lifetime_s: float) -> None:
-    from tests.faults.fault_tools import host
+    from tests.faults.fault_tools import worker_host
     from tooltrail.db.store import AuditStore
     from tooltrail.worker import build_worker, connect_client
 
@@ -25,7 +25,7 @@ async def main(address: str, task_queue: str, database_url: str, lifetime_s: flo
     # default) before Temporal hands it to the shared queue; keep the tests quick.
     async with build_worker(
         client,
-        host,
+        worker_host(),
         task_queue=task_queue,
         store=store,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),

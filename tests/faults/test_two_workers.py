@@ -37,6 +37,8 @@ async def test_the_other_worker_finishes_the_turn(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(FAULT_DIR_ENV, str(tmp_path))
+    # Two worker processes on one SQLite file: refused unless the deployment says so.
+    monkeypatch.setenv("TOOLTRAIL_SQLITE_SHARED", "true")
     address = temporal_env.client.service_client.config.target_host
     task_queue = f"two-workers-{uuid.uuid4()}"
     calls = [ToolCall(f"c{i}", "slow", {"label": f"c{i}", "seconds": BODY_S}) for i in range(CALLS)]

@@ -194,6 +194,22 @@ class HealthStore:
         """
         return await self._apply(tool, config, allow_request)
 
+    async def gate(self, tool: str, config: CircuitBreaker) -> tuple[bool, bool]:
+        """``allow_request``, also saying whether the call was granted the half-open probe.
+
+        The tool activity marks a granted probe at once in its heartbeat details, so a
+        Temporal retry of the same attempt (a lost worker) is not refused by its own probe.
+
+        Returns:
+            ``(allowed, probe)``.
+        """
+
+        def step(state: BreakerState, now: datetime) -> tuple[BreakerState, tuple[bool, bool]]:
+            new, allowed = allow_request(state, now)
+            return new, (allowed, allowed and state.state != "closed")
+
+        return await self._apply(tool, config, step)
+
     async def would_allow_request(self, tool: str, config: CircuitBreaker) -> bool:
         """Whether ``allow_request`` would allow a call now; changes nothing.
 

@@ -25,6 +25,7 @@ from tooltrail.db.orm import (
     SessionStateRow,
     TurnRow,
 )
+from tooltrail.db.sqlite_guard import release_sqlite_file
 from tooltrail.llm.messages import Message, ModelResponse, Usage
 from tooltrail.wire import AuditEvent, Flush, MemoryEntry, SessionState, TurnRecord
 
@@ -282,6 +283,8 @@ class AuditStore:
     def __init__(self, url: str, **engine_kwargs: Any) -> None:
         """Open (lazily) the database at ``url``."""
         self.url = url
+        self.worker_claims = 0
+        """Workers built on this store that hold its SQLite file (``db.sqlite_guard``)."""
         self.engine: AsyncEngine = create_engine(url, **engine_kwargs)
         self.sessions: async_sessionmaker[AsyncSession] = session_factory(self.engine)
 
@@ -383,7 +386,10 @@ class AuditStore:
             return [message for _, message, _ in await load_conversation(session, run_id=run_id)]
 
     async def close(self) -> None:
-        """Dispose of the engine's connections."""
+        """Dispose of the engine's connections (and give back the workers' SQLite claims)."""
+        while self.worker_claims > 0:
+            self.worker_claims -= 1
+            release_sqlite_file(self.url)
         await self.engine.dispose()
 
 
