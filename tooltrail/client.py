@@ -726,6 +726,22 @@ class Tooltrail:
             name, arguments
         )
 
+    async def acknowledge_loop_warning(
+        self, session_id: str, pattern: str | None = None
+    ) -> list[str]:
+        """Acknowledge a session's loop warning (pipeline spec §10.2).
+
+        The warning is the ``warning`` text of a ``loop_detected`` event (and of
+        ``on_loop_detected``). Acknowledging puts the most repeated operation of the session's
+        window (of ``pattern``, ``{tool}({param})``, when given) into the warned set, from the
+        session's next turn on: from then on a different result of that tool and parameter
+        counts as progress and flushes the old repetitions.
+
+        Returns:
+            The acknowledged patterns; empty when the session has no such operation.
+        """
+        return await self.store.acknowledge_loop_warning(session_id, pattern)
+
     async def audit(self, turn_id: str) -> list[AuditEvent]:
         """Return a turn's audit trail, ordered by ``seq``."""
         return await self.store.events(turn_id)

@@ -169,6 +169,8 @@ class SessionState(BaseModel):
     """The loop detector's window and warned set."""
     memo: MemoCache = Field(default_factory=MemoCache)
     """The ``MemoizingMiddleware`` cache."""
+    acks_applied: int = 0
+    """The number of the last loop-warning acknowledgement taken into ``detector``."""
 
 
 class ConversationAppend(BaseModel):
@@ -211,6 +213,12 @@ class ToolMeta(BaseModel):
     retry_on_interrupt: bool = True
     local: bool = False
     """Attempts run as local activities (``@tool(local=True)``)."""
+    loop_threshold: int | None = None
+    """The tool's own loop threshold (``@tool(loop_thresholds=...)``); ``None``: the run's."""
+    primary_param: str | None = None
+    """The argument that identifies an operation for loop detection; ``None``: all of them."""
+    loop_suggestion: str | None = None
+    """The end of the host's loop warning for this tool's patterns."""
 
 
 class PrepareTurn(BaseModel):

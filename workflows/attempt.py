@@ -16,7 +16,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tooltrail.detection import LoopCheck, operation_for
+from tooltrail.detection import LoopCheck, operation_for, primary_value
 from tooltrail.envelopes import open_outcome
 from tooltrail.errors import LoopDetected, ToolRecoveryExhausted
 from tooltrail.hooks import HookDecision
@@ -117,7 +117,9 @@ class CallPipeline:
                 else render_text(result.output)
             )
             if config.detection.enabled:
-                operation = operation_for(tool_name, arguments, text)
+                meta = state.plan.tools.get(tool_name)
+                primary = primary_value(arguments, meta.primary_param if meta else None)
+                operation = operation_for(tool_name, arguments, text, primary)
                 if ran is not None and stored:
                     operation = operation.model_copy(update={"result_hash": ran.output_hash})
                 state.detector.record(operation, config.detection)
@@ -155,8 +157,7 @@ class CallPipeline:
         """
         # 2 HOOKS run first thing in the tool activity (sharing its round trip); 3 DETECT is
         # a pure read of the window, decided here; 4 GATE runs in the activity after the hooks.
-        detection = self._state.input.config.detection
-        check = self._state.detector.check(detection) if detection.enabled else None
+        check = self._state.loop_check()
         if check is not None and check.should_stop:
             # Step 2 comes before step 3: a hook's block is the answer, not the loop.
             refusal = await self._hooks_first(call, tool_name, arguments, attempt)
@@ -188,6 +189,9 @@ class CallPipeline:
                     )
                     raise_if_cancelled()
                 case BreakerRefused():
+                    # Step 3 came before the gate: its pattern is reported even when the gate
+                    # then refuses (spec §8: at every pre-check).
+                    self._warn_loop(call, tool_name, attempt, check)
                     # 4 GATE refused (decided worker-side, against the shared breaker): soft,
                     # no POST phase, no recovery, so a retrying strategy cannot spin against it.
                     self._trail.emit(
@@ -220,7 +224,12 @@ class CallPipeline:
             # The warn band: observers hear of the pattern; dispatch went ahead.
             self._trail.emit(
                 "loop_detected",
-                {"pattern": check.pattern, "repetitions": check.repetitions, "stop": False},
+                {
+                    "pattern": check.pattern,
+                    "repetitions": check.repetitions,
+                    "stop": False,
+                    "warning": self._state.loop_warning(check),
+                },
                 call_id=call.id,
                 tool=tool_name,
                 attempt=attempt,
@@ -359,7 +368,12 @@ class CallPipeline:
         """Refuse the attempt at the stop threshold (spec §10.3): a hard error for the turn."""
         self._trail.emit(
             "loop_detected",
-            {"pattern": check.pattern, "repetitions": check.repetitions, "stop": True},
+            {
+                "pattern": check.pattern,
+                "repetitions": check.repetitions,
+                "stop": True,
+                "warning": self._state.loop_warning(check),
+            },
             call_id=call.id,
             tool=tool_name,
             attempt=attempt,
