@@ -54,7 +54,15 @@ from tooltrail.wire import (
     ShadowServed,
 )
 
-__all__ = ["BODY_STARTED", "Recorder", "ToolActivities", "heartbeating", "interrupted_text"]
+__all__ = [
+    "BODY_STARTED",
+    "REFUSED_BEFORE_BODY",
+    "Recorder",
+    "ToolActivities",
+    "heartbeating",
+    "interrupted_text",
+    "reached_body",
+]
 
 log = logging.getLogger("tooltrail.tool")
 
@@ -104,6 +112,22 @@ async def heartbeating(*details: object, at_once: bool = True) -> AsyncIterator[
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+REFUSED_BEFORE_BODY = frozenset({"access_denied", "guardrail_violation", "idempotency_busy"})
+"""Dispatch statuses of calls the registry core refused before the tool's body (GIA §2)."""
+
+
+def reached_body(outcome: Ran) -> bool:
+    """Whether an attempt's outcome is the tool's own, so it counts toward its breaker.
+
+    **Decision (ours), a departure from pipeline spec §11.3's letter:** a call the access gate,
+    the guardrails or a busy idempotency claim refused never reached the tool, so it says
+    nothing of the tool's health. Counting it would let three malformed calls of one session
+    open the shared breaker for every session and worker.
+    """
+    status = (outcome.dispatch or {}).get("status")
+    return status not in REFUSED_BEFORE_BODY
 
 
 class Recorder:
@@ -282,7 +306,7 @@ class ToolActivities:
         if self.health is not None and not await self._gate(*self.health, inp.tool_name):
             return BreakerRefused()
         outcome = await self._attempt(inp)
-        if self.health is not None:
+        if self.health is not None and reached_body(outcome):
             await self._record_health(*self.health, outcome)
         if self.hooks:
             outcome.post_hook_errors = await run_post_hooks(
