@@ -319,6 +319,7 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
     "ExecuteAttempt": {
         "turn_id": "",
         "attempt": 0,
+        "turn_number": 0,
         "skip_pre_hooks": False,
         "large_output_bytes": 262144,
         "hooks_only": False,

@@ -329,6 +329,9 @@ class ExecuteAttempt(BaseModel):
     tool_name: str
     arguments: dict[str, Any]
     attempt: int = 0
+    turn_number: int = 0
+    """The turn's number in its session (how many turns saved the session's state before
+    it), for the hooks' contexts (spec §7)."""
     skip_pre_hooks: bool = False
     """True when a human already approved this attempt (interactive ``Ask``)."""
     large_output_bytes: int = LARGE_OUTPUT_BYTES

@@ -48,6 +48,10 @@ from tooltrail.workflows.trail import Trail
 
 __all__ = ["CallPipeline"]
 
+APPROVAL_RECHECKS_LOOP = "approval-rechecks-loop"
+"""Patch: an approved ``Ask`` reads the loop pre-check again (histories before it reused the
+check taken before the wait)."""
+
 # Margin on top of a tool's own timeout, so the tool's soft timeout text wins over Temporal's.
 _TIMEOUT_MARGIN = timedelta(seconds=30)
 
@@ -183,7 +187,14 @@ class CallPipeline:
                     refusal = await self._hook_decision(call, tool_name, arguments, attempt, hook)
                     if refusal is not None:
                         return refusal
-                    # Approved by a human: the attempt goes on, without asking the hooks again.
+                    # Approved by a human: the attempt goes on at step 3 (spec §7). While it
+                    # waited, parallel siblings recorded their attempts: the pre-check is read
+                    # again, not the one taken before the wait.
+                    if hook.decision == "ask" and workflow.patched(APPROVAL_RECHECKS_LOOP):
+                        check = self._state.loop_check()
+                        if check is not None and check.should_stop:
+                            self._loop_stop(call, tool_name, arguments, attempt, check)
+                    # The hooks are not asked again.
                     outcome = await self._execute(
                         call, tool_name, arguments, attempt, skip_pre_hooks=True
                     )
@@ -431,6 +442,7 @@ class CallPipeline:
             attempt=attempt,
             skip_pre_hooks=skip_pre_hooks,
             hooks_only=hooks_only,
+            turn_number=self._state.session_version,
             shadow=inp.shadow is not None,
             large_output_bytes=config.large_output_bytes,
             recorded=(

@@ -27,6 +27,7 @@ from tooltrail import (
     FixedDelay,
     Host,
     InputFix,
+    LoopDetection,
     NoRetry,
     ReflectionContext,
     RetryForever,
@@ -246,6 +247,39 @@ async def hooks_and_approval(tt: Tooltrail) -> str:
     return handle.turn_id
 
 
+class AskFirst:
+    """Asks about call 'c1', allows the rest."""
+
+    async def pre_tool(self, ctx: PreToolUseContext) -> Ask | None:
+        return Ask("go on?") if ctx.tool_call_id == "c1" else None
+
+
+async def approval_rechecks_loop(tt: Tooltrail) -> str:
+    # c1 parks on its Ask while its wave's siblings build a stop-level pattern; approved, it
+    # reads the pre-check again and the turn stops (patch "approval-rechecks-loop").
+    handle = await tt.start_turn(
+        [
+            ToolCall("c1", "nap", {"ms": 1}),
+            *(ToolCall(f"c{i}", "nap", {"ms": 0}) for i in (2, 3, 4)),
+        ],
+        session_id="hist-recheck",
+        config=RunConfig(
+            dispatch="parallel",
+            interactive=True,
+            detection=LoopDetection(loop_threshold=2, stop_threshold=3),
+        ),
+    )
+    for _ in range(200):
+        if await handle.pending_approvals():
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(1.0)  # the siblings' results reach the workflow
+    await handle.approve("c1", by="recorder")
+    with contextlib.suppress(TooltrailError):
+        await handle.result()
+    return handle.turn_id
+
+
 async def breaker_and_memo(tt: Tooltrail) -> str:
     await tt.run_turn([ToolCall("c0", "echo", {"text": "cache me"})], session_id="hist-memo")
     turn = await tt.run_turn(
@@ -441,6 +475,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "parallel_hard_error": (parallel_hard_error, Host(TOOLS, reflector=AlwaysRecoverable())),
     "loop_stop": (loop_stop, Host(TOOLS)),
     "hooks_and_approval": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
+    "approval_rechecks_loop": (approval_rechecks_loop, Host(TOOLS, hooks=[AskFirst()])),
     "shadow_replay": (shadow_replay, Host(TOOLS)),
     "batched_audit": (batched_audit, Host(TOOLS, reflector=AlwaysRecoverable())),
     "model_turn": (model_turn, Host(TOOLS, model=agent_model())),
