@@ -7,9 +7,10 @@ worker-side; only their ``Analysis`` reaches the workflow.
 
 from __future__ import annotations
 
+import warnings
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field, model_validator
 
 __all__ = [
     "MAX_RECOVERY_ATTEMPTS",
@@ -72,25 +73,42 @@ class ToolChange(BaseModel):
 Correction = Annotated[InputFix | ToolChange, Field(discriminator="kind")]
 
 
-class ReflectionContext(BaseModel):
-    """What a reflector is told about a failed attempt."""
+with warnings.catch_warnings():
+    # The contract's field name is ``schema``, which shadows pydantic's deprecated
+    # ``BaseModel.schema()`` classmethod: on an instance the field wins, which is the point.
+    warnings.filterwarnings("ignore", message='Field name "schema"', category=UserWarning)
 
-    error: str
-    """The failed attempt's output, rendered to text."""
-    tool: str
-    """The tool name this attempt requested."""
-    arguments: dict[str, Any]
-    """This attempt's input."""
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    """The tool's parameter schema, when known."""
-    attempt: int
-    """The 0-based attempt index."""
-    max_attempts: int = MAX_RECOVERY_ATTEMPTS
-    """The engine's retry ceiling."""
-    task: str = ""
-    """The task the agent works on, when known."""
+    class ReflectionContext(BaseModel):
+        """What a reflector is told about a failed attempt."""
 
-    model_config = ConfigDict(populate_by_name=True)
+        error: str
+        """The failed attempt's output, rendered to text."""
+        tool: str
+        """The tool name this attempt requested."""
+        arguments: dict[str, Any]
+        """This attempt's input."""
+        schema: dict[str, Any] | None = None  # type: ignore[assignment]
+        """The tool's parameter schema, when known."""
+        attempt: int
+        """The 0-based attempt index."""
+        max_attempts: int = MAX_RECOVERY_ATTEMPTS
+        """The engine's retry ceiling."""
+        task: str = ""
+        """The task the agent works on, when known."""
+
+        @model_validator(mode="before")
+        @classmethod
+        def _old_schema_name(cls, data: Any) -> Any:
+            # ``schema_=`` (the name before 0.2) is still accepted.
+            if isinstance(data, dict) and "schema_" in data and "schema" not in data:
+                data = {**data, "schema": data["schema_"]}
+                del data["schema_"]
+            return data
+
+        @property
+        def schema_(self) -> dict[str, Any] | None:
+            """Deprecated alias of ``schema`` (its name before 0.2)."""
+            return self.schema
 
 
 class Analysis(BaseModel):
