@@ -284,6 +284,8 @@ class ToolDispatcher:
                 attempt=attempt,
                 body=lambda: _normalized(body),
                 heartbeat=heartbeat,
+                # The key's scope, kept in the record so an operator can tell whose it is.
+                scope_principal=principal_id if policy.scope == "principal" else None,
             )
         except CachedToolError as cached:
             await record.write("tool_error", text=str(cached), source=cached.source_call_id)

@@ -399,8 +399,21 @@ nothing of the transaction is committed.
 class IdempotencyStore(Protocol):
     """Where claims and outcomes live (spec §5.3). Expired entries read as misses."""
 
-    async def claim(self, key: str, *, tool_name: str, owner: str, lease_seconds: float) -> Claim:
-        """Claim ``key`` for ``owner``, or report its outcome or its live claim."""
+    async def claim(
+        self,
+        key: str,
+        *,
+        tool_name: str,
+        owner: str,
+        lease_seconds: float,
+        scope_principal: str | None = None,
+    ) -> Claim:
+        """Claim ``key`` for ``owner``, or report its outcome or its live claim.
+
+        ``scope_principal`` (the principal whose scope the key is in, ``None`` for a global
+        key) is recorded with a new claim; it is passed only when set, so a store written
+        before it existed still works for global keys.
+        """
         ...
 
     async def renew(self, key: str, *, owner: str, lease_seconds: float) -> bool:
@@ -704,6 +717,7 @@ async def run_idempotent(
     heartbeat: Callable[[], None] | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     on_complete: OutcomeHook | None = None,
+    scope_principal: str | None = None,
 ) -> IdempotentResult:
     """Run ``body`` at most once per key (spec §5.5): claim, then run, hit or wait.
 
@@ -729,6 +743,8 @@ async def run_idempotent(
         heartbeat: called while the body runs and while waiting (an activity heartbeat).
         sleep: waits between polls and retries (replaceable in tests).
         on_complete: the caller's writes to join the completing transaction.
+        scope_principal: the principal whose scope the key is in (``None``: global), for
+            the record.
 
     Raises:
         CachedToolError: a cached failure was hit.
@@ -741,8 +757,9 @@ async def run_idempotent(
     slept = 0.0
     delay = _POLL_FIRST_S
     while True:
+        scoped = {} if scope_principal is None else {"scope_principal": scope_principal}
         claim = await store.claim(
-            key, tool_name=tool_name, owner=owner, lease_seconds=policy.lease_seconds
+            key, tool_name=tool_name, owner=owner, lease_seconds=policy.lease_seconds, **scoped
         )
         if isinstance(claim, Acquired):
             return await _run_owned(

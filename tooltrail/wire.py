@@ -24,6 +24,7 @@ from tooltrail.recovery import Analysis
 from tooltrail.results import Part, ToolCall, ToolDispatchResult
 
 __all__ = [
+    "ACCESS_AUTHORIZE",
     "ATTEMPT_OUTCOME",
     "AUDIT_RECORD",
     "MODEL_TURN",
@@ -40,6 +41,8 @@ __all__ = [
     "AttemptOutcome",
     "AttemptResult",
     "AuditEvent",
+    "AuthorizeInput",
+    "AuthorizeOutcome",
     "BreakerRefused",
     "CloseSessionInput",
     "ConversationAppend",
@@ -89,6 +92,8 @@ RECOVERY_REFLECT = "tooltrail.recovery.reflect"
 """Activity: ask the host's reflector about a failed attempt."""
 MODEL_TURN = "tooltrail.model.turn"
 """Activity: append a turn's new messages to the run's conversation and ask the model."""
+ACCESS_AUTHORIZE = "tooltrail.access.authorize"
+"""Activity: the worker's access gate answers a preflight (``Tooltrail.authorize_tool``)."""
 TURN_PREPARE = "tooltrail.turn.prepare"
 """Activity (local): plan a standalone turn where the tools live (``TurnPlan``)."""
 
@@ -255,6 +260,22 @@ class TurnPlan(BaseModel):
     """Per call id, the paths it touches (for write-tool eviction)."""
     session: SessionState = Field(default_factory=SessionState)
     """The session's state as the previous turn left it."""
+
+
+class AuthorizeInput(BaseModel):
+    """Input of ``AuthorizeToolWorkflow`` and its activity: a preflight's call."""
+
+    name: str
+    arguments: dict[str, Any] | None = None
+
+
+class AuthorizeOutcome(BaseModel):
+    """A worker's access gate on a preflight (spec GIA §6.4)."""
+
+    allowed: bool
+    reason: str = ""
+    unknown: bool = False
+    """The worker has no tool of that name (the client raises ``UnknownToolError``)."""
 
 
 class WorkerCatalog(BaseModel):

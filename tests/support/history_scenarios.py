@@ -280,6 +280,15 @@ async def approval_rechecks_loop(tt: Tooltrail) -> str:
     return handle.turn_id
 
 
+async def authorize_tool(tt: Tooltrail) -> str:
+    # The preflight runs on a worker: one short workflow, whose id the client picks.
+    await tt.authorize_tool("echo", {"text": "x"})
+    workflow_id = ""
+    async for execution in tt.client.list_workflows("WorkflowType = 'AuthorizeToolWorkflow'"):
+        workflow_id = execution.id
+    return workflow_id
+
+
 async def breaker_and_memo(tt: Tooltrail) -> str:
     await tt.run_turn([ToolCall("c0", "echo", {"text": "cache me"})], session_id="hist-memo")
     turn = await tt.run_turn(
@@ -476,6 +485,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "loop_stop": (loop_stop, Host(TOOLS)),
     "hooks_and_approval": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
     "approval_rechecks_loop": (approval_rechecks_loop, Host(TOOLS, hooks=[AskFirst()])),
+    "authorize_tool": (authorize_tool, Host(TOOLS)),
     "shadow_replay": (shadow_replay, Host(TOOLS)),
     "batched_audit": (batched_audit, Host(TOOLS, reflector=AlwaysRecoverable())),
     "model_turn": (model_turn, Host(TOOLS, model=agent_model())),
