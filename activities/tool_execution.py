@@ -28,10 +28,13 @@ from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.envelopes import seal_outcome
 from tooltrail.hooks import PostToolUseContext, PreToolUseContext, run_post_hooks, run_pre_hooks
 from tooltrail.logs import call_context
+from tooltrail.memoize import MemoEntry, MemoizingMiddleware, with_cached_marker
 from tooltrail.middleware import (
     BODY_STARTED,
     Middleware,
     MiddlewareCall,
+    MiddlewareResult,
+    Next,
     RedactingMiddleware,
     ToolCallMiddleware,
     run_pipeline,
@@ -50,6 +53,7 @@ from tooltrail.wire import (
     Flush,
     HookRefused,
     HooksPassed,
+    MemoSeen,
     Ran,
     ShadowServed,
 )
@@ -57,6 +61,7 @@ from tooltrail.wire import (
 __all__ = [
     "BODY_STARTED",
     "REFUSED_BEFORE_BODY",
+    "MemoServing",
     "Recorder",
     "ToolActivities",
     "heartbeating",
@@ -118,6 +123,44 @@ REFUSED_BEFORE_BODY = frozenset({"access_denied", "guardrail_violation", "idempo
 """Dispatch statuses of calls the registry core refused before the tool's body (GIA §2)."""
 
 
+class MemoServing:
+    """The memoize layer's place in one attempt's pipeline, when it is not registered first.
+
+    Serves the request's hit there (the layers before it handle the cached result, those
+    after it and the core never run), and otherwise notes what came back from the inner
+    layers, which is what the workflow caches (spec §12: observable order = registration
+    order). One per attempt, so concurrent attempts never share it.
+    """
+
+    def __init__(self, inp: ExecuteAttempt) -> None:
+        """Take the request's hit, if it carries one."""
+        self.serve: MemoEntry | None = inp.memo
+        self.tool_name = inp.tool_name
+        self.arguments = inp.arguments
+        self.served = False
+        self.seen: MiddlewareResult | None = None
+
+    async def __call__(self, call: MiddlewareCall, call_next: Next) -> MiddlewareResult:
+        """Serve the hit when the call reaches the layer as it was cached, else pass through."""
+        entry = self.serve
+        if entry is not None and (call.tool_name, call.arguments) == (
+            self.tool_name,
+            self.arguments,
+        ):
+            self.served = True
+            return MiddlewareResult(
+                output=with_cached_marker(entry.output),
+                is_error=False,
+                duration_ms=entry.duration_ms,  # the original call's, as a hit replays it
+                resolved_tool_name=entry.resolved_tool_name,
+                display_hint=entry.display_hint,
+            )
+        result = await call_next(call)
+        if not result.is_error:
+            self.seen = result
+        return result
+
+
 def reached_body(outcome: Ran) -> bool:
     """Whether an attempt's outcome is the tool's own, so it counts toward its breaker.
 
@@ -126,6 +169,8 @@ def reached_body(outcome: Ran) -> bool:
     nothing of the tool's health. Counting it would let three malformed calls of one session
     open the shared breaker for every session and worker.
     """
+    if outcome.memo_served:
+        return False  # a memoize hit: the tool did not run, and says nothing of its health
     status = (outcome.dispatch or {}).get("status")
     return status not in REFUSED_BEFORE_BODY
 
@@ -424,6 +469,32 @@ class ToolActivities:
                 "health record for %r failed; dropped", outcome.resolved_tool_name, exc_info=True
             )
 
+    def _layers(self, inp: ExecuteAttempt) -> tuple[list[Any], MemoServing | None]:
+        """The attempt's layers: a memoize layer not registered first is served in place."""
+        layers = list(self.middleware)
+        for index, layer in enumerate(layers):
+            if isinstance(layer, MemoizingMiddleware) and index > 0:
+                memo = MemoServing(inp)
+                layers[index] = memo
+                return layers, memo
+        return layers, None
+
+    @staticmethod
+    def _memo_seen(memo: MemoServing | None, limit: int) -> MemoSeen | None:
+        """What the workflow may cache; a large output stays out of history (not cached)."""
+        if memo is None or memo.served or memo.seen is None:
+            return None
+        seen = memo.seen
+        encoded = json.dumps(to_jsonable_python(seen.output), ensure_ascii=False)
+        if limit > 0 and len(encoded.encode("utf-8")) > limit:
+            return None
+        return MemoSeen(
+            output=seen.output,
+            duration_ms=round(seen.duration_ms, 3),
+            resolved_tool_name=seen.resolved_tool_name,
+            display_hint=seen.display_hint,
+        )
+
     async def _attempt(self, inp: ExecuteAttempt) -> Ran:
         """Run the middleware pipeline around the registry core, heartbeating throughout."""
         tool = self.registry.lookup(inp.tool_name)
@@ -458,10 +529,13 @@ class ToolActivities:
         started_at = datetime.now(UTC)
         # Only a tool that must not run twice needs the "body started" mark before the body.
         at_once = tool is not None and not tool.retry_on_interrupt
+        layers, memo = self._layers(inp)
         async with heartbeating(BODY_STARTED, at_once=at_once):
-            result = await run_pipeline(self.middleware, self.core, call)
+            result = await run_pipeline(layers, self.core, call)
         claimed = await self._claim_check(result.output, inp.large_output_bytes)
         return Ran(
+            memo_served=memo is not None and memo.served,
+            memo_seen=self._memo_seen(memo, inp.large_output_bytes),
             **claimed,
             started_at=started_at,
             finished_at=datetime.now(UTC),

@@ -71,6 +71,7 @@ PUBLIC = [
     "Retry",
     "RetryForever",
     "RunConfig",
+    "SafetyShieldMiddleware",
     "ScopeGate",
     "Skip",
     "Snapshot",

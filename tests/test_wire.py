@@ -325,6 +325,7 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
         "hooks_only": False,
         "shadow": False,
         "recorded": None,
+        "memo": None,
     },
     "Ran": {
         "is_error": False,
@@ -340,6 +341,8 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
         "output_hash": None,
         "output_preview": None,
         "post_hook_errors": [],
+        "memo_served": False,
+        "memo_seen": None,
     },
     "ShadowServed": {
         "is_error": False,

@@ -18,7 +18,7 @@ from tooltrail.config import LARGE_OUTPUT_BYTES, RunConfig
 from tooltrail.detection import LoopDetector
 from tooltrail.hooks import HookDecision
 from tooltrail.llm.messages import Message, ModelResponse, ThinkingSetting, Usage
-from tooltrail.memoize import MemoCache, MemoPlan
+from tooltrail.memoize import MemoCache, MemoEntry, MemoPlan
 from tooltrail.planner import CallVerdict
 from tooltrail.recovery import Analysis
 from tooltrail.results import Part, ToolCall, ToolDispatchResult
@@ -54,6 +54,7 @@ __all__ = [
     "HostFeatures",
     "InfraFailed",
     "MemoHit",
+    "MemoSeen",
     "MemoryEntry",
     "ModelPhase",
     "ModelSettings",
@@ -365,6 +366,18 @@ class ExecuteAttempt(BaseModel):
     """A shadow replay: never run the tool; serve ``recorded`` (or report it missing)."""
     recorded: RecordedAttempt | None = None
     """The original turn's result of this attempt (shadow replays)."""
+    memo: MemoEntry | None = None
+    """A memoize hit to serve at the memoize layer's place in the pipeline (a layer that is
+    not registered first); the layers before it handle it like a result."""
+
+
+class MemoSeen(BaseModel):
+    """A successful result as the memoize layer saw it come back from the inner layers."""
+
+    output: str | list[Part]
+    duration_ms: float = 0.0
+    resolved_tool_name: str = ""
+    display_hint: str | None = None
 
 
 class _Result(BaseModel):
@@ -404,6 +417,10 @@ class Ran(_Result):
     output_preview: str | None = None
     """With ``output_ref``: the first characters of the output's text (for memory)."""
     post_hook_errors: list[str] = Field(default_factory=list)
+    memo_served: bool = False
+    """The memoize layer served the request's ``memo`` hit: nothing inside it ran."""
+    memo_seen: MemoSeen | None = None
+    """What the memoize layer (not registered first) saw succeed, for the cache."""
     """Post-tool hooks that raised (logged and ignored)."""
 
 

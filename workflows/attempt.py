@@ -20,7 +20,7 @@ from tooltrail.detection import LoopCheck, operation_for, primary_value
 from tooltrail.envelopes import open_outcome
 from tooltrail.errors import LoopDetected, ToolRecoveryExhausted
 from tooltrail.hooks import HookDecision
-from tooltrail.memoize import with_cached_marker
+from tooltrail.memoize import MemoEntry, with_cached_marker
 from tooltrail.recovery import MAX_RECOVERY_ATTEMPTS
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.text import BREAKER_OPEN, canonical_json, render_text, stable_hash, trajectory
@@ -37,6 +37,7 @@ from tooltrail.wire import (
     InfraFailed,
     MemoHit,
     MemoryEntry,
+    MemoSeen,
     Ran,
     ShadowServed,
 )
@@ -47,6 +48,10 @@ from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
 
 __all__ = ["CallPipeline"]
+
+MEMO_IN_PLACE = "memo-in-registration-order"
+"""Patch: a memoize layer not registered first serves its hits in the tool activity, at its
+place (histories before it served every hit in the workflow)."""
 
 APPROVAL_RECHECKS_LOOP = "approval-rechecks-loop"
 """Patch: an approved ``Ask`` reads the loop pre-check again (histories before it reused the
@@ -179,7 +184,8 @@ class CallPipeline:
             return hit
         # 5 EXECUTE: a pending cancellation wins before and after the activity.
         raise_if_cancelled()
-        outcome = await self._execute(call, tool_name, arguments, attempt)
+        memo = self._memo_in_place(tool_name, arguments)
+        outcome = await self._execute(call, tool_name, arguments, attempt, memo=memo)
         raise_if_cancelled()
         while True:
             match outcome:
@@ -196,7 +202,7 @@ class CallPipeline:
                             self._loop_stop(call, tool_name, arguments, attempt, check)
                     # The hooks are not asked again.
                     outcome = await self._execute(
-                        call, tool_name, arguments, attempt, skip_pre_hooks=True
+                        call, tool_name, arguments, attempt, skip_pre_hooks=True, memo=memo
                     )
                     raise_if_cancelled()
                 case BreakerRefused():
@@ -269,6 +275,8 @@ class CallPipeline:
         plan = state.plan.memo
         if plan is None or state.input.shadow is not None:
             return None
+        if not plan.outermost and workflow.patched(MEMO_IN_PLACE):
+            return None  # served in the activity, at the layer's place (_memo_in_place)
         entry = state.memo.lookup(plan, tool_name, arguments, state.session_version)
         if entry is None:
             return None
@@ -280,6 +288,16 @@ class CallPipeline:
             display_hint=entry.display_hint,
         )
 
+    def _memo_in_place(self, tool_name: str, arguments: dict[str, Any]) -> MemoEntry | None:
+        """The hit a memoize layer not registered first serves at its place, if any."""
+        state = self._state
+        plan = state.plan.memo
+        if plan is None or plan.outermost or state.input.shadow is not None:
+            return None
+        if not workflow.patched(MEMO_IN_PLACE):
+            return None
+        return state.memo.lookup(plan, tool_name, arguments, state.session_version)
+
     def _memo_update(
         self, call: ToolCall, tool_name: str, arguments: dict[str, Any], outcome: AttemptResult
     ) -> None:
@@ -287,9 +305,16 @@ class CallPipeline:
         plan = state.plan.memo
         if plan is None or outcome.is_error or state.input.shadow is not None:
             return
+        kept: MemoSeen | AttemptResult = outcome
         match outcome:
-            case MemoHit():
+            case MemoHit() | Ran(memo_served=True):
                 return  # served from the cache: nothing new to keep
+            case Ran() if not plan.outermost and workflow.patched(MEMO_IN_PLACE):
+                # What the layer saw come back from inside it: the layers before it apply
+                # again to every hit, so their output must not be cached.
+                if outcome.memo_seen is None:
+                    return  # stopped before the layer, or too large for the history
+                kept = outcome.memo_seen
             case Ran(output_ref=str()):
                 return  # a large output stays in the database, not in the cache
             case Ran() | ShadowServed() | InfraFailed():
@@ -302,10 +327,10 @@ class CallPipeline:
             plan,
             tool=tool_name,
             arguments=arguments,
-            output=outcome.output,
-            duration_ms=outcome.duration_ms,
-            resolved_tool_name=outcome.resolved_tool_name,
-            display_hint=outcome.display_hint,
+            output=kept.output,
+            duration_ms=kept.duration_ms,
+            resolved_tool_name=kept.resolved_tool_name or tool_name,
+            display_hint=kept.display_hint,
             turn=state.session_version,
             paths=paths,
         )
@@ -341,7 +366,7 @@ class CallPipeline:
         }
         if ran is not None and ran.output_ref is not None:
             payload["output_ref"] = ran.output_ref
-        if isinstance(outcome, MemoHit):
+        if isinstance(outcome, MemoHit) or (ran is not None and ran.memo_served):
             payload["cached"] = True
         if ran is not None and ran.dispatch is not None:
             payload["dispatch"] = ran.dispatch
@@ -424,6 +449,7 @@ class CallPipeline:
         *,
         skip_pre_hooks: bool = False,
         hooks_only: bool = False,
+        memo: MemoEntry | None = None,
     ) -> AttemptOutcome:
         """Run one attempt as an activity; infrastructure failures become soft outcomes."""
         inp = self._state.input
@@ -443,6 +469,7 @@ class CallPipeline:
             skip_pre_hooks=skip_pre_hooks,
             hooks_only=hooks_only,
             turn_number=self._state.session_version,
+            memo=memo,
             shadow=inp.shadow is not None,
             large_output_bytes=config.large_output_bytes,
             recorded=(

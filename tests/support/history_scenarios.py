@@ -47,6 +47,7 @@ from tooltrail.embedded import start_dev_server
 from tooltrail.hooks import Ask, Block, PreToolUseContext
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 from tooltrail.memoize import MemoizingMiddleware
+from tooltrail.middleware import OutputLimitMiddleware
 from tooltrail.results import TextPart
 from tooltrail.scratch import ScratchDirs
 from tooltrail.worker import build_worker
@@ -289,6 +290,15 @@ async def authorize_tool(tt: Tooltrail) -> str:
     return workflow_id
 
 
+async def memo_in_place(tt: Tooltrail) -> str:
+    # Memoize registered second: the hit is served in the activity, at its place.
+    turn = await tt.run_turn(
+        [ToolCall("c1", "echo", {"text": "twice"}), ToolCall("c2", "echo", {"text": "twice"})],
+        session_id="hist-memo-in-place",
+    )
+    return turn.turn_id
+
+
 async def breaker_and_memo(tt: Tooltrail) -> str:
     await tt.run_turn([ToolCall("c0", "echo", {"text": "cache me"})], session_id="hist-memo")
     turn = await tt.run_turn(
@@ -486,6 +496,10 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "hooks_and_approval": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
     "approval_rechecks_loop": (approval_rechecks_loop, Host(TOOLS, hooks=[AskFirst()])),
     "authorize_tool": (authorize_tool, Host(TOOLS)),
+    "memo_in_place": (
+        memo_in_place,
+        Host(TOOLS, middleware=[OutputLimitMiddleware(1000), MemoizingMiddleware(["echo"])]),
+    ),
     "shadow_replay": (shadow_replay, Host(TOOLS)),
     "batched_audit": (batched_audit, Host(TOOLS, reflector=AlwaysRecoverable())),
     "model_turn": (model_turn, Host(TOOLS, model=agent_model())),
