@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import inspect
 import json
 import logging
 import math
@@ -705,6 +706,17 @@ def _hit(key: str, outcome: StoredOutcome) -> IdempotentResult:
     )
 
 
+def _takes_scope(store: IdempotencyStore) -> bool:
+    """Whether ``store.claim`` takes ``scope_principal`` (stores written before it do not)."""
+    try:
+        parameters = inspect.signature(store.claim).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.name == "scope_principal" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters
+    )
+
+
 async def run_idempotent(
     store: IdempotencyStore,
     *,
@@ -757,7 +769,11 @@ async def run_idempotent(
     slept = 0.0
     delay = _POLL_FIRST_S
     while True:
-        scoped = {} if scope_principal is None else {"scope_principal": scope_principal}
+        scoped = (
+            {}
+            if scope_principal is None or not _takes_scope(store)
+            else {"scope_principal": scope_principal}
+        )
         claim = await store.claim(
             key, tool_name=tool_name, owner=owner, lease_seconds=policy.lease_seconds, **scoped
         )
