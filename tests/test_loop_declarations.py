@@ -71,6 +71,7 @@ def test_primary_value_and_repeated() -> None:
     assert primary_value({"path": "/a", "n": 1}, "path") == "/a"
     assert primary_value({"path": ["/a"]}, "path") == '["/a"]'
     assert primary_value({"n": 1}, "path") == primary_value({"n": 1}, None) == ""
+    assert primary_value({"path": "a\x00b"}, "path") == '"a\\u0000b"'
     a, b = (
         Operation(tool="t", param="a", result_hash="h"),
         Operation(tool="t", param="b", result_hash="h"),

@@ -90,13 +90,17 @@ def primary_value(arguments: Mapping[str, Any], name: str | None) -> str:
             ``None``.
 
     Returns:
-        The argument's value (a string as is, anything else as canonical JSON), or ``""``
+        The argument's value (a string as is, unless it holds a NUL character, anything
+        else as canonical JSON), or ``""``
         (which ``operation_for`` replaces with the whole input) when there is none.
     """
     if name is None or name not in arguments:
         return ""
     value = arguments[name]
-    return value if isinstance(value, str) else canonical_json(value)
+    if isinstance(value, str) and "\x00" not in value:
+        return value
+    # JSON escapes a NUL character, which PostgreSQL refuses to store in the session's state.
+    return canonical_json(value)
 
 
 def _key(op: Operation) -> tuple[str, str, bool, str]:
