@@ -80,7 +80,8 @@ class TurnPlanner:
                     found = memoizer.paths(call.name, call.arguments)
                     if found:
                         paths[call.id] = found
-            plan.memo = memoizer.plan()
+            first = next(iter(self.host.middleware), None)
+            plan.memo = memoizer.plan(outermost=first is memoizer)
             plan.memo_paths = paths
         return plan
 

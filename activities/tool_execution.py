@@ -30,9 +30,12 @@ from tooltrail.envelopes import seal_outcome
 from tooltrail.heartbeats import BODY_STARTED, attempt_details, current_details
 from tooltrail.hooks import PostToolUseContext, PreToolUseContext, run_post_hooks, run_pre_hooks
 from tooltrail.logs import call_context
+from tooltrail.memoize import MemoEntry, MemoizingMiddleware, with_cached_marker
 from tooltrail.middleware import (
     Middleware,
     MiddlewareCall,
+    MiddlewareResult,
+    Next,
     RedactingMiddleware,
     ToolCallMiddleware,
     run_pipeline,
@@ -51,11 +54,21 @@ from tooltrail.wire import (
     Flush,
     HookRefused,
     HooksPassed,
+    MemoSeen,
     Ran,
     ShadowServed,
 )
 
-__all__ = ["BODY_STARTED", "Recorder", "ToolActivities", "heartbeating", "interrupted_text"]
+__all__ = [
+    "BODY_STARTED",
+    "REFUSED_BEFORE_BODY",
+    "MemoServing",
+    "Recorder",
+    "ToolActivities",
+    "heartbeating",
+    "interrupted_text",
+    "reached_body",
+]
 
 log = logging.getLogger("tooltrail.tool")
 
@@ -115,6 +128,62 @@ async def heartbeating(*details: object, at_once: bool = True) -> AsyncIterator[
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+REFUSED_BEFORE_BODY = frozenset({"access_denied", "guardrail_violation", "idempotency_busy"})
+"""Dispatch statuses of calls the registry core refused before the tool's body (GIA §2)."""
+
+
+class MemoServing:
+    """The memoize layer's place in one attempt's pipeline, when it is not registered first.
+
+    Serves the request's hit there (the layers before it handle the cached result, those
+    after it and the core never run), and otherwise notes what came back from the inner
+    layers, which is what the workflow caches (spec §12: observable order = registration
+    order). One per attempt, so concurrent attempts never share it.
+    """
+
+    def __init__(self, inp: ExecuteAttempt) -> None:
+        """Take the request's hit, if it carries one."""
+        self.serve: MemoEntry | None = inp.memo
+        self.tool_name = inp.tool_name
+        self.arguments = inp.arguments
+        self.served = False
+        self.seen: MiddlewareResult | None = None
+
+    async def __call__(self, call: MiddlewareCall, call_next: Next) -> MiddlewareResult:
+        """Serve the hit when the call reaches the layer as it was cached, else pass through."""
+        entry = self.serve
+        if entry is not None and (call.tool_name, call.arguments) == (
+            self.tool_name,
+            self.arguments,
+        ):
+            self.served = True
+            return MiddlewareResult(
+                output=with_cached_marker(entry.output),
+                is_error=False,
+                duration_ms=entry.duration_ms,  # the original call's, as a hit replays it
+                resolved_tool_name=entry.resolved_tool_name,
+                display_hint=entry.display_hint,
+            )
+        result = await call_next(call)
+        if not result.is_error:
+            self.seen = result
+        return result
+
+
+def reached_body(outcome: Ran) -> bool:
+    """Whether an attempt's outcome is the tool's own, so it counts toward its breaker.
+
+    **Decision (ours), a departure from pipeline spec §11.3's letter:** a call the access gate,
+    the guardrails or a busy idempotency claim refused never reached the tool, so it says
+    nothing of the tool's health. Counting it would let three malformed calls of one session
+    open the shared breaker for every session and worker.
+    """
+    if outcome.memo_served:
+        return False  # a memoize hit: the tool did not run, and says nothing of its health
+    status = (outcome.dispatch or {}).get("status")
+    return status not in REFUSED_BEFORE_BODY
 
 
 class Recorder:
@@ -280,8 +349,9 @@ class ToolActivities:
             # Journaled before anything is written after the body: whatever fails from here
             # on, a Temporal retry adopts this result instead of running the body again.
             journal.record_ran(ran)
-            if self.health is not None:
-                # Recorded once per tooltrail attempt: an adopting retry skips it.
+            if self.health is not None and reached_body(ran):
+                # Recorded once per tooltrail attempt (an adopting retry skips it), and only
+                # for an outcome that is the tool's own (``reached_body``).
                 await self._record_health(*self.health, ran)
         else:
             log.warning(
@@ -302,6 +372,7 @@ class ToolActivities:
                     is_error=outcome.is_error,
                     duration_ms=int(outcome.duration_ms),
                     session_id=inp.session_id,
+                    turn_number=inp.turn_number,
                     turn_id=inp.turn_id,
                     tool_call_id=inp.tool_call_id,
                 ),
@@ -320,6 +391,7 @@ class ToolActivities:
                     tool_name=inp.tool_name,
                     input=inp.arguments,
                     session_id=inp.session_id,
+                    turn_number=inp.turn_number,
                     turn_id=inp.turn_id,
                     tool_call_id=inp.tool_call_id,
                 ),
@@ -451,6 +523,32 @@ class ToolActivities:
                 "health record for %r failed; dropped", outcome.resolved_tool_name, exc_info=True
             )
 
+    def _layers(self, inp: ExecuteAttempt) -> tuple[list[Any], MemoServing | None]:
+        """The attempt's layers: a memoize layer not registered first is served in place."""
+        layers = list(self.middleware)
+        for index, layer in enumerate(layers):
+            if isinstance(layer, MemoizingMiddleware) and index > 0:
+                memo = MemoServing(inp)
+                layers[index] = memo
+                return layers, memo
+        return layers, None
+
+    @staticmethod
+    def _memo_seen(memo: MemoServing | None, limit: int) -> MemoSeen | None:
+        """What the workflow may cache; a large output stays out of history (not cached)."""
+        if memo is None or memo.served or memo.seen is None:
+            return None
+        seen = memo.seen
+        encoded = json.dumps(to_jsonable_python(seen.output), ensure_ascii=False)
+        if limit > 0 and len(encoded.encode("utf-8")) > limit:
+            return None
+        return MemoSeen(
+            output=seen.output,
+            duration_ms=round(seen.duration_ms, 3),
+            resolved_tool_name=seen.resolved_tool_name,
+            display_hint=seen.display_hint,
+        )
+
     async def _attempt(self, inp: ExecuteAttempt) -> Ran:
         """Run the middleware pipeline around the registry core, heartbeating throughout."""
         tool = self.registry.lookup(inp.tool_name)
@@ -485,13 +583,16 @@ class ToolActivities:
         started_at = datetime.now(UTC)
         # Only a tool that must not run twice needs the "body started" mark before the body.
         at_once = tool is not None and not tool.retry_on_interrupt
+        layers, memo = self._layers(inp)
         details = current_details()
         if details is not None:
             details.body_started = True
         async with heartbeating(at_once=at_once):
-            result = await run_pipeline(self.middleware, self.core, call)
+            result = await run_pipeline(layers, self.core, call)
         return Ran(
             output=result.output,
+            memo_served=memo is not None and memo.served,
+            memo_seen=self._memo_seen(memo, inp.large_output_bytes),
             started_at=started_at,
             finished_at=datetime.now(UTC),
             is_error=result.is_error,

@@ -32,6 +32,7 @@ WORKFLOW_MODULES = (
     "tooltrail.workflows.agent",
     "tooltrail.workflows.approvals",
     "tooltrail.workflows.attempt",
+    "tooltrail.workflows.authorize",
     "tooltrail.workflows.catalog",
     "tooltrail.workflows.failures",
     "tooltrail.workflows.planning",

@@ -293,8 +293,12 @@ def test_reflection_context_defaults_and_alias():
     ctx = _context()
     assert ctx.max_attempts == 5
     assert ctx.task == ""
-    assert ctx.schema_ == {"type": "object"}
-    assert ReflectionContext(error="e", tool="t", arguments={}, attempt=0).schema_ is None
+    assert ctx.schema == ctx.schema_ == {"type": "object"}
+    assert ReflectionContext(error="e", tool="t", arguments={}, attempt=0).schema is None
+    # The old keyword still works, and the field dumps under its contract name.
+    old = ReflectionContext(error="e", tool="t", arguments={}, attempt=0, schema_={"a": 1})
+    assert old.schema == {"a": 1} and old.model_dump()["schema"] == {"a": 1}
+    assert ReflectionContext.model_validate(ctx.model_dump()).schema == {"type": "object"}
 
 
 async def test_noop_reflector_says_not_recoverable():

@@ -239,10 +239,12 @@ async def test_a_raising_reflector_means_fail(stack: StackFactory) -> None:
     assert (turn.results[0].output, turn.results[0].is_error) == ("failure #1", True)
     assert runs["flaky"] == 1
     decision = next(e for e in events if e.kind == "recovery_decision")
-    assert decision.payload["action"] == {
-        "kind": "fail",
-        "reason": "reflector error (RuntimeError): model unreachable",
-    }
+    # Spec §6.1: Fail(error_msg), the failed attempt's own text; the event keeps the cause.
+    assert decision.payload["action"] == {"kind": "fail", "reason": "failure #1"}
+    assert (
+        decision.payload["reflector_error"] == "reflector error (RuntimeError): model unreachable"
+    )
+    assert decision.payload["analysis"] is None
 
 
 async def test_ask_user_returns_the_failing_output_byte_for_byte(

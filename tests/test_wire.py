@@ -319,11 +319,13 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
     "ExecuteAttempt": {
         "turn_id": "",
         "attempt": 0,
+        "turn_number": 0,
         "skip_pre_hooks": False,
         "large_output_bytes": 262144,
         "hooks_only": False,
         "shadow": False,
         "recorded": None,
+        "memo": None,
     },
     "Ran": {
         "is_error": False,
@@ -339,6 +341,8 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
         "output_hash": None,
         "output_preview": None,
         "post_hook_errors": [],
+        "memo_served": False,
+        "memo_seen": None,
     },
     "ShadowServed": {
         "is_error": False,

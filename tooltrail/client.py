@@ -48,7 +48,6 @@ from tooltrail.db.approvals import (
     record_rejection,
 )
 from tooltrail.db.store import AuditStore, TurnSummary
-from tooltrail.dispatcher import ToolDispatcher
 from tooltrail.embedded import DEV_SERVER_ARGS, start_dev_server
 from tooltrail.errors import (
     ApprovalRejected,
@@ -69,7 +68,7 @@ from tooltrail.settings import Settings
 from tooltrail.signatures import ApprovalStatement, SignedApproval, arguments_digest
 from tooltrail.telemetry import ensure_configured
 from tooltrail.text import nesting_exceeds
-from tooltrail.tools import Tool, ToolRegistry
+from tooltrail.tools import Tool, ToolRegistry, UnknownToolError
 from tooltrail.verify import VerifyReport, verify_turn
 from tooltrail.wire import (
     AgentCarry,
@@ -78,6 +77,8 @@ from tooltrail.wire import (
     AgentRunOutput,
     ApprovalInput,
     AuditEvent,
+    AuthorizeInput,
+    AuthorizeOutcome,
     CloseSessionInput,
     MemoryEntry,
     ModelSettings,
@@ -846,14 +847,49 @@ class Tooltrail:
     async def authorize_tool(
         self, name: str, arguments: dict[str, Any] | None = None
     ) -> AccessDecision:
-        """Preflight: would the host's access gate let this call through? Runs nothing.
+        """Preflight: would the workers' access gate let this call through? Runs nothing.
+
+        A worker of the task queue answers (``AuthorizeToolWorkflow``), with the gate and the
+        tools it dispatches with: the client's own ``Host`` may differ from the workers' in a
+        ``connect()`` deployment. No guardrail, body, store or audit row is touched.
 
         Raises:
-            UnknownToolError: the tool is not registered.
+            UnknownToolError: the workers have no tool of that name.
+            TurnFailed: no worker answered within 30 s.
         """
-        return await ToolDispatcher(self.host.registry, access=self.host.access).authorize_tool(
-            name, arguments
-        )
+        try:
+            outcome: AuthorizeOutcome = await self.client.execute_workflow(
+                "AuthorizeToolWorkflow",
+                AuthorizeInput(name=name, arguments=arguments),
+                id=f"authorize-tool-{uuid.uuid4()}",
+                task_queue=self.task_queue,
+                result_type=AuthorizeOutcome,
+                execution_timeout=timedelta(seconds=30),
+            )
+        except WorkflowFailureError as failure:
+            raise TurnFailed(
+                f"no worker of task queue {self.task_queue!r} answered the preflight of "
+                f"{name!r}: {failure.cause or failure}"
+            ) from failure
+        if outcome.unknown:
+            raise UnknownToolError(name)
+        return AccessDecision(outcome.allowed, outcome.reason)
+
+    async def acknowledge_loop_warning(
+        self, session_id: str, pattern: str | None = None
+    ) -> list[str]:
+        """Acknowledge a session's loop warning (pipeline spec §10.2).
+
+        The warning is the ``warning`` text of a ``loop_detected`` event (and of
+        ``on_loop_detected``). Acknowledging puts the most repeated operation of the session's
+        window (of ``pattern``, ``{tool}({param})``, when given) into the warned set, from the
+        session's next turn on: from then on a different result of that tool and parameter
+        counts as progress and flushes the old repetitions.
+
+        Returns:
+            The acknowledged patterns; empty when the session has no such operation.
+        """
+        return await self.store.acknowledge_loop_warning(session_id, pattern)
 
     async def audit(self, turn_id: str) -> list[AuditEvent]:
         """Return a turn's audit trail, ordered by ``seq``."""

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
-from tooltrail.recovery import ExponentialBackoff, RecoveryStrategy
+from tooltrail.recovery import ExponentialBackoff, RecoveryStrategy, as_strategy
 
 __all__ = ["LARGE_OUTPUT_BYTES", "LoopDetection", "RunConfig"]
 
@@ -35,7 +35,9 @@ class RunConfig(BaseModel):
     max_concurrency: int = Field(default=8, ge=1)
     """Upper bound of concurrently running calls in parallel mode."""
     recovery: RecoveryStrategy = Field(default_factory=ExponentialBackoff)
-    """What to do after a failed attempt the reflector judged."""
+    """What to do after a failed attempt the reflector judged: a built-in strategy, or any
+    object with a deterministic ``decide(analysis, attempt, max_attempts)`` (workflow code,
+    see ``tooltrail.recovery.Strategy``), carried as a ``CustomStrategy``."""
     detection: LoopDetection = Field(default_factory=LoopDetection)
     """Loop detection."""
     tool_timeout_s: float = Field(default=600.0, gt=0)
@@ -60,3 +62,9 @@ class RunConfig(BaseModel):
     before a tool call once this many seconds passed since the last write, before every
     backoff timer and approval wait, and at the end of the turn. 0 writes them before every
     tool call, for observers that must hear of each call as it starts."""
+
+    @field_validator("recovery", mode="before")
+    @classmethod
+    def _open_strategies(cls, value: Any) -> Any:
+        # Any object with decide() is accepted; the wire carries it as a CustomStrategy.
+        return as_strategy(value)

@@ -28,7 +28,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tooltrail.config import LoopDetection
 from tooltrail.text import canonical_json, stable_hash
 
-__all__ = ["DEFAULT_SUGGESTION", "LoopCheck", "LoopDetector", "Operation", "operation_for"]
+__all__ = [
+    "DEFAULT_SUGGESTION",
+    "LoopCheck",
+    "LoopDetector",
+    "Operation",
+    "operation_for",
+    "primary_value",
+]
 
 DEFAULT_SUGGESTION = "Consider a different approach or tool."
 """Tail of the host warning when the tool signature offers no suggestion (spec §10.3)."""
@@ -72,6 +79,28 @@ def operation_for(
     """
     param = primary_param or canonical_json(arguments)
     return Operation(tool=tool, param=param, result_hash=stable_hash(output_text))
+
+
+def primary_value(arguments: Mapping[str, Any], name: str | None) -> str:
+    """Return the primary parameter of a call (the signature's ``extract_primary_param``).
+
+    Args:
+        arguments: The attempt's input.
+        name: The argument the tool declared as primary (``@tool(primary_param=...)``), or
+            ``None``.
+
+    Returns:
+        The argument's value (a string as is, unless it holds a NUL character, anything
+        else as canonical JSON), or ``""``
+        (which ``operation_for`` replaces with the whole input) when there is none.
+    """
+    if name is None or name not in arguments:
+        return ""
+    value = arguments[name]
+    if isinstance(value, str) and "\x00" not in value:
+        return value
+    # JSON escapes a NUL character, which PostgreSQL refuses to store in the session's state.
+    return canonical_json(value)
 
 
 def _key(op: Operation) -> tuple[str, str, bool, str]:
@@ -201,6 +230,22 @@ class LoopDetector(BaseModel):
         position = bisect_left(self.warned, _key(op), key=_key)
         if position == len(self.warned) or self.warned[position] != op:
             self.warned.insert(position, op)
+
+    def repeated(self, pattern: str | None = None) -> list[Operation]:
+        """The operations a host acknowledges: the most repeated ones of the window.
+
+        Args:
+            pattern: Only operations with this ``{tool}({param})``; ``None``: any.
+
+        Returns:
+            The operations at the maximum count among those considered (ties included),
+            sorted; empty when the window holds none.
+        """
+        counts = Counter(op for op in self.window if pattern is None or op.pattern == pattern)
+        if not counts:
+            return []
+        best = max(counts.values())
+        return sorted((op for op, count in counts.items() if count == best), key=_key)
 
     # -- step 6a: the record ------------------------------------------------------------------
 

@@ -288,6 +288,8 @@ class ToolDispatcher:
                 body=lambda: _normalized(body),
                 heartbeat=heartbeat,
                 fence=fence,
+                # The key's scope, kept in the record so an operator can tell whose it is.
+                scope_principal=principal_id if policy.scope == "principal" else None,
             )
         except CachedToolError as cached:
             await record.write("tool_error", text=str(cached), source=cached.source_call_id)

@@ -26,6 +26,7 @@ from temporalio.worker import Replayer
 from tooltrail.settings import Settings
 from tooltrail.worker import sandbox_runner, settings_data_converter
 from tooltrail.workflows.agent import AgentRunWorkflow
+from tooltrail.workflows.authorize import AuthorizeToolWorkflow
 from tooltrail.workflows.catalog import ToolCatalogWorkflow
 from tooltrail.workflows.session import CloseSessionWorkflow
 from tooltrail.workflows.turn import TurnWorkflow
@@ -154,7 +155,13 @@ async def replay_histories(
             with ``TOOLTRAIL_CODEC_KEYS`` encrypted histories replay; plain ones too).
     """
     if workflows is None:
-        workflows = [TurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow, ToolCatalogWorkflow]
+        workflows = [
+            TurnWorkflow,
+            CloseSessionWorkflow,
+            AgentRunWorkflow,
+            ToolCatalogWorkflow,
+            AuthorizeToolWorkflow,
+        ]
     replayer = Replayer(
         workflows=list(workflows),
         data_converter=data_converter or settings_data_converter(Settings()),

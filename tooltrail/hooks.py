@@ -82,6 +82,8 @@ class PreToolUseContext(BaseModel):
     input: dict[str, Any]
     session_id: str
     turn_number: int = 0
+    """The turn's number in its session, from 0 (turns that saved the session's state
+    before it; the memoize cache counts turns the same way)."""
     tool_call_id: str = ""
     turn_id: str = ""
 
@@ -96,6 +98,8 @@ class PostToolUseContext(BaseModel):
     duration_ms: int
     session_id: str
     turn_number: int = 0
+    """The turn's number in its session, from 0 (turns that saved the session's state
+    before it; the memoize cache counts turns the same way)."""
     tool_call_id: str = ""
     turn_id: str = ""
 

@@ -149,6 +149,9 @@ class Host:
                 timeout_s=item.timeout_s,
                 retry_on_interrupt=item.retry_on_interrupt,
                 local=item.local,
+                loop_threshold=getattr(item, "loop_thresholds", None),
+                primary_param=getattr(item, "primary_param", None),
+                loop_suggestion=getattr(item, "loop_suggestion", None),
             )
             for item in self.registry
         }

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import inspect
 import json
 import logging
 import math
@@ -400,8 +401,21 @@ nothing of the transaction is committed.
 class IdempotencyStore(Protocol):
     """Where claims and outcomes live (spec §5.3). Expired entries read as misses."""
 
-    async def claim(self, key: str, *, tool_name: str, owner: str, lease_seconds: float) -> Claim:
-        """Claim ``key`` for ``owner``, or report its outcome or its live claim."""
+    async def claim(
+        self,
+        key: str,
+        *,
+        tool_name: str,
+        owner: str,
+        lease_seconds: float,
+        scope_principal: str | None = None,
+    ) -> Claim:
+        """Claim ``key`` for ``owner``, or report its outcome or its live claim.
+
+        ``scope_principal`` (the principal whose scope the key is in, ``None`` for a global
+        key) is recorded with a new claim; it is passed only when set, so a store written
+        before it existed still works for global keys.
+        """
         ...
 
     async def renew(self, key: str, *, owner: str, lease_seconds: float) -> bool:
@@ -707,6 +721,17 @@ def _hit(key: str, outcome: StoredOutcome) -> IdempotentResult:
     )
 
 
+def _takes_scope(store: IdempotencyStore) -> bool:
+    """Whether ``store.claim`` takes ``scope_principal`` (stores written before it do not)."""
+    try:
+        parameters = inspect.signature(store.claim).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.name == "scope_principal" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters
+    )
+
+
 async def run_idempotent(
     store: IdempotencyStore,
     *,
@@ -720,6 +745,7 @@ async def run_idempotent(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     on_complete: OutcomeHook | None = None,
     fence: str | None = None,
+    scope_principal: str | None = None,
 ) -> IdempotentResult:
     """Run ``body`` at most once per key (spec §5.5): claim, then run, hit or wait.
 
@@ -747,6 +773,8 @@ async def run_idempotent(
         on_complete: the caller's writes to join the completing transaction.
         fence: what makes this execution's owner unique (``owner_of``); inside a worker, the
             activity execution.
+        scope_principal: the principal whose scope the key is in (``None``: global), for
+            the record.
 
     Raises:
         CachedToolError: a cached failure was hit.
@@ -759,8 +787,13 @@ async def run_idempotent(
     slept = 0.0
     delay = _POLL_FIRST_S
     while True:
+        scoped = (
+            {}
+            if scope_principal is None or not _takes_scope(store)
+            else {"scope_principal": scope_principal}
+        )
         claim = await store.claim(
-            key, tool_name=tool_name, owner=owner, lease_seconds=policy.lease_seconds
+            key, tool_name=tool_name, owner=owner, lease_seconds=policy.lease_seconds, **scoped
         )
         if isinstance(claim, Acquired):
             return await _run_owned(

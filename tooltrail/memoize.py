@@ -24,9 +24,11 @@ __all__ = ["MemoCache", "MemoEntry", "MemoPlan", "MemoizingMiddleware", "with_ca
 class MemoizingMiddleware:
     """Cache successful results of read-like tools for the rest of the session.
 
-    Memoization runs in workflow code, before the tool activity (as if registered first):
-    a hit schedules nothing. Errors are never cached, write tools' results never, and a
-    successful write evicts the entries whose paths intersect its own.
+    Registered first, memoization runs in workflow code, before the tool activity: a hit
+    schedules nothing. Registered after other layers, a hit is served at its place in the
+    tool activity's pipeline, so the layers before it handle the cached result too. Errors
+    are never cached, write tools' results never, and a successful write evicts the entries
+    whose paths intersect its own.
     """
 
     def __init__(
@@ -52,13 +54,20 @@ class MemoizingMiddleware:
         self.ttl_turns = ttl_turns
 
     async def __call__(self, call: Any, call_next: Any) -> Any:
-        """Pass through: the workflow already served hits before the activity ran."""
+        """Pass through: the workflow or the tool activity serves hits in its place."""
         return await call_next(call)
 
-    def plan(self) -> MemoPlan:
-        """The configuration as the workflow receives it."""
+    def plan(self, *, outermost: bool = True) -> MemoPlan:
+        """The configuration as the workflow receives it.
+
+        Args:
+            outermost: whether this layer is registered first (see ``MemoPlan.outermost``).
+        """
         return MemoPlan(
-            tools=sorted(self.tools), write_tools=sorted(self.write_tools), ttl_turns=self.ttl_turns
+            tools=sorted(self.tools),
+            write_tools=sorted(self.write_tools),
+            ttl_turns=self.ttl_turns,
+            outermost=outermost,
         )
 
     def paths(self, tool: str, arguments: dict[str, Any]) -> list[str]:
@@ -74,6 +83,10 @@ class MemoPlan(BaseModel):
     tools: list[str] = Field(default_factory=list)
     write_tools: list[str] = Field(default_factory=list)
     ttl_turns: int = 5
+    outermost: bool = True
+    """The memoize layer is registered first: the workflow serves hits, scheduling nothing.
+    Otherwise a hit is served at the layer's place in the tool activity's pipeline, so the
+    layers registered before it see it (spec §12: observable order = registration order)."""
 
 
 class MemoEntry(BaseModel):

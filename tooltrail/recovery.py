@@ -7,23 +7,31 @@ worker-side; only their ``Analysis`` reaches the workflow.
 
 from __future__ import annotations
 
+import importlib
+import warnings
+from dataclasses import asdict, is_dataclass
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field, TypeAdapter, model_validator
 
 __all__ = [
+    "BUILTIN_STRATEGIES",
     "MAX_RECOVERY_ATTEMPTS",
     "Action",
     "AlwaysRecoverable",
     "Analysis",
+    "ApproachChange",
     "AskUser",
     "Correction",
+    "CustomStrategy",
+    "Escalate",
     "ExponentialBackoff",
     "Fail",
     "FixedDelay",
     "InputFix",
     "NoRetry",
     "NoopReflector",
+    "PrerequisiteFix",
     "RecoveryStrategy",
     "ReflectionContext",
     "Reflector",
@@ -31,7 +39,9 @@ __all__ = [
     "RetryForever",
     "Severity",
     "Skip",
+    "Strategy",
     "ToolChange",
+    "as_strategy",
 ]
 
 MAX_RECOVERY_ATTEMPTS = 5
@@ -69,28 +79,95 @@ class ToolChange(BaseModel):
         super().__init__(**data)
 
 
-Correction = Annotated[InputFix | ToolChange, Field(discriminator="kind")]
+class PrerequisiteFix(BaseModel):
+    """Correction: something must happen first. The engine retries the call unchanged."""
+
+    kind: Literal["prerequisite_fix"] = "prerequisite_fix"
+    prerequisite: str = ""
+    """What must happen first (recorded; the call itself is not changed)."""
+
+    def __init__(self, prerequisite: str | None = None, /, **data: Any) -> None:
+        """Create a correction: ``PrerequisiteFix("create the folder")`` or with keywords."""
+        if prerequisite is not None:
+            data["prerequisite"] = prerequisite
+        super().__init__(**data)
 
 
-class ReflectionContext(BaseModel):
-    """What a reflector is told about a failed attempt."""
+class ApproachChange(BaseModel):
+    """Correction: try another way. The engine retries the call unchanged."""
 
-    error: str
-    """The failed attempt's output, rendered to text."""
-    tool: str
-    """The tool name this attempt requested."""
-    arguments: dict[str, Any]
-    """This attempt's input."""
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    """The tool's parameter schema, when known."""
-    attempt: int
-    """The 0-based attempt index."""
-    max_attempts: int = MAX_RECOVERY_ATTEMPTS
-    """The engine's retry ceiling."""
-    task: str = ""
-    """The task the agent works on, when known."""
+    kind: Literal["approach_change"] = "approach_change"
+    approach: str = ""
+    """The suggested approach (recorded; the call itself is not changed)."""
 
-    model_config = ConfigDict(populate_by_name=True)
+    def __init__(self, approach: str | None = None, /, **data: Any) -> None:
+        """Create a correction: ``ApproachChange("search first")`` or with keywords."""
+        if approach is not None:
+            data["approach"] = approach
+        super().__init__(**data)
+
+
+class Escalate(BaseModel):
+    """Correction: a human should look. The engine retries the call unchanged.
+
+    It never waits for anyone; a strategy that wants to stop returns ``AskUser`` or ``Fail``.
+    """
+
+    kind: Literal["escalate"] = "escalate"
+    reason: str = ""
+    """Why (recorded; the call itself is not changed)."""
+
+    def __init__(self, reason: str | None = None, /, **data: Any) -> None:
+        """Create a correction: ``Escalate("needs a human")`` or with keywords."""
+        if reason is not None:
+            data["reason"] = reason
+        super().__init__(**data)
+
+
+Correction = Annotated[
+    InputFix | ToolChange | PrerequisiteFix | ApproachChange | Escalate,
+    Field(discriminator="kind"),
+]
+"""What a reflector may suggest (spec §6.4): ``InputFix`` and ``ToolChange`` change the next
+attempt; ``PrerequisiteFix``, ``ApproachChange`` and ``Escalate`` are recorded and skipped."""
+
+
+with warnings.catch_warnings():
+    # The contract's field name is ``schema``, which shadows pydantic's deprecated
+    # ``BaseModel.schema()`` classmethod: on an instance the field wins, which is the point.
+    warnings.filterwarnings("ignore", message='Field name "schema"', category=UserWarning)
+
+    class ReflectionContext(BaseModel):
+        """What a reflector is told about a failed attempt."""
+
+        error: str
+        """The failed attempt's output, rendered to text."""
+        tool: str
+        """The tool name this attempt requested."""
+        arguments: dict[str, Any]
+        """This attempt's input."""
+        schema: dict[str, Any] | None = None  # type: ignore[assignment]
+        """The tool's parameter schema, when known."""
+        attempt: int
+        """The 0-based attempt index."""
+        max_attempts: int = MAX_RECOVERY_ATTEMPTS
+        """The engine's retry ceiling."""
+        task: str = ""
+        """The task the agent works on, when known."""
+
+        @model_validator(mode="before")
+        @classmethod
+        def _old_schema_name(cls, data: Any) -> Any:
+            # ``schema_=`` (the name before 0.2) is still accepted.
+            if isinstance(data, dict) and "schema_" in data and "schema" not in data:
+                data = {**data, "schema": data["schema_"]}
+                del data["schema_"]
+            return data
+
+        @property
+        def schema_(self) -> dict[str, Any] | None:
+            """Deprecated alias of ``schema`` (its name before 0.2)."""
+            return self.schema
 
 
 class Analysis(BaseModel):
@@ -241,7 +318,107 @@ class NoRetry(BaseModel):
         return Fail(reason=analysis.root_cause)
 
 
+@runtime_checkable
+class Strategy(Protocol):
+    """Any recovery strategy: an object with a deterministic ``decide``.
+
+    ``decide`` runs in the turn workflow, so it is *workflow code*: pure and deterministic
+    (no I/O, clock, randomness or global state; the same analysis, attempt and ceiling give
+    the same action on every replay). Its module is imported inside Temporal's sandbox on
+    the worker, so it must be importable there and its class defined at module level.
+    """
+
+    def decide(self, analysis: Analysis, attempt: int, max_attempts: int) -> Action:
+        """Return the action after the failed attempt ``attempt`` (0-based)."""
+        ...
+
+
+_ACTION: TypeAdapter[Action] = TypeAdapter(Action)
+
+
+class CustomStrategy(BaseModel):
+    """A user's strategy as ``RunConfig`` carries it: its class and its state.
+
+    ``RunConfig(recovery=MyStrategy(...))`` builds it from the object: ``path`` names the
+    class (``module:QualName``) and ``options`` its state (a pydantic model's fields, a
+    dataclass's fields, or else the instance's attributes), all JSON. The workflow rebuilds
+    the object from them and calls its ``decide``. A ``decide`` that raises or returns no
+    action gives ``Fail`` with the reason (a turn must not hang on a bad strategy).
+    """
+
+    kind: Literal["custom"] = "custom"
+    path: str
+    """``module:QualName`` of the strategy's class."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """The strategy's state."""
+
+    @classmethod
+    def of(cls, strategy: Any) -> CustomStrategy:
+        """Describe ``strategy`` (any object with ``decide``) so a workflow can rebuild it.
+
+        Raises:
+            ValueError: it has no ``decide``, or its class is not defined at module level.
+        """
+        if not callable(getattr(strategy, "decide", None)):
+            raise ValueError(f"a recovery strategy needs a decide method: {strategy!r}")
+        kind = type(strategy)
+        if "<locals>" in kind.__qualname__:
+            raise ValueError(
+                f"recovery strategy class {kind.__qualname__!r} must be defined at module "
+                "level (the workflow imports it)"
+            )
+        options: dict[str, Any]
+        if isinstance(strategy, BaseModel):
+            options = strategy.model_dump(mode="json")
+        elif is_dataclass(strategy) and not isinstance(strategy, type):
+            options = asdict(strategy)
+        else:
+            options = dict(vars(strategy))
+        return cls(path=f"{kind.__module__}:{kind.__qualname__}", options=options)
+
+    def build(self) -> Any:
+        """Import the class and rebuild the strategy from ``options``."""
+        module_name, _, qualname = self.path.partition(":")
+        target: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+        if isinstance(target, type) and issubclass(target, BaseModel):
+            return target.model_validate(self.options)
+        if isinstance(target, type) and is_dataclass(target):
+            return target(**self.options)
+        built = target.__new__(target)
+        built.__dict__.update(self.options)
+        return built
+
+    def decide(self, analysis: Analysis, attempt: int, max_attempts: int) -> Action:
+        """Rebuild the strategy and let it decide; a broken one gives ``Fail`` (soft)."""
+        try:
+            action = self.build().decide(analysis, attempt, max_attempts)
+            if isinstance(action, Retry | Skip | AskUser | Fail):
+                return action
+            return _ACTION.validate_python(action)
+        except Exception as exc:  # user code: its failure is the call's, never the turn's
+            return Fail(reason=f"recovery strategy error ({type(exc).__name__}): {exc}")
+
+
+BUILTIN_STRATEGIES = (ExponentialBackoff, FixedDelay, RetryForever, NoRetry, CustomStrategy)
+"""The strategy models ``RunConfig.recovery`` holds as they are; any other object with a
+``decide`` is carried as a ``CustomStrategy``."""
+
+
+def as_strategy(value: Any) -> Any:
+    """``RunConfig.recovery``'s input: built-ins and JSON as they are, other objects described.
+
+    Raises:
+        ValueError: an object without ``decide``, or of a class not at module level.
+    """
+    if value is None or isinstance(value, (dict, *BUILTIN_STRATEGIES)):
+        return value
+    return CustomStrategy.of(value)
+
+
 RecoveryStrategy = Annotated[
-    ExponentialBackoff | FixedDelay | RetryForever | NoRetry, Field(discriminator="kind")
+    ExponentialBackoff | FixedDelay | RetryForever | NoRetry | CustomStrategy,
+    Field(discriminator="kind"),
 ]
 """Any recovery strategy; stored in ``RunConfig.recovery``."""

@@ -473,6 +473,9 @@ class Tool:
         retry_on_interrupt: bool = True,
         local: bool = False,
         own_loop: bool = True,
+        loop_thresholds: int | None = None,
+        primary_param: str | None = None,
+        loop_suggestion: str | None = None,
     ) -> None:
         """Build a tool from a function; prefer the ``@tool`` decorator.
 
@@ -480,7 +483,8 @@ class Tool:
             ToolDefinitionError: the name is invalid, a parameter is ``*args``, ``**kwargs``,
                 positional-only or unannotated, ``guard`` is not an ``InputGuard``,
                 ``extra`` is neither ``"ignore"`` nor ``"forbid"``, or ``local=True`` is
-                combined with ``retry_on_interrupt=False``.
+                combined with ``retry_on_interrupt=False``, ``loop_thresholds`` is not a
+                positive int, or ``primary_param`` names no parameter of the tool.
         """
         self.fn = fn
         self._func = fn
@@ -519,6 +523,18 @@ class Tool:
         """An ``async def`` body runs on an event loop of its own inside a worker
         (``tooltrail.body_lanes``), so a blocking call in it cannot stop the worker's
         heartbeats; ``False`` runs it on the worker's loop (it shares loop-bound objects)."""
+        if loop_thresholds is not None and (
+            isinstance(loop_thresholds, bool)
+            or not isinstance(loop_thresholds, int)
+            or loop_thresholds < 1
+        ):
+            raise ToolDefinitionError(
+                f"loop_thresholds of tool {self.name!r} must be a positive int, "
+                f"got {loop_thresholds!r}"
+            )
+        self.loop_thresholds = loop_thresholds
+        self.primary_param = primary_param
+        self.loop_suggestion = loop_suggestion or None
         self.is_async = inspect.iscoroutinefunction(fn)
         self.context_param: str | None = None
         self._model_param: str | None = None
@@ -532,6 +548,12 @@ class Tool:
         self._declared_keys = frozenset(
             key for plan in _model_plan(self.params_model) for key in plan.keys
         )
+        if primary_param is not None and primary_param not in self.params_model.model_fields:
+            raise ToolDefinitionError(
+                f"primary_param of tool {self.name!r} must name one of its parameters "
+                f"({', '.join(sorted(self.params_model.model_fields)) or 'none'}), "
+                f"got {primary_param!r}"
+            )
 
     def _build_model(self, arg_docs: dict[str, str], extra: Extra) -> type[BaseModel]:
         fn = self.fn
@@ -896,6 +918,9 @@ class DynamicTool(Tool):
         # Dynamic handlers (MCP sessions, say) hold objects bound to the worker's loop.
         self.own_loop = False
         self.local = False
+        self.loop_thresholds = None
+        self.primary_param = None
+        self.loop_suggestion = None
         self.is_async = _is_async_callable(handler)
         self.context_param = None
         self._model_param = None
@@ -994,6 +1019,9 @@ def tool(
     retry_on_interrupt: bool = True,
     local: bool = False,
     own_loop: bool = True,
+    loop_thresholds: int | None = None,
+    primary_param: str | None = None,
+    loop_suggestion: str | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -1012,6 +1040,9 @@ def tool(
     retry_on_interrupt: bool = True,
     local: bool = False,
     own_loop: bool = True,
+    loop_thresholds: int | None = None,
+    primary_param: str | None = None,
+    loop_suggestion: str | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool: ``@tool`` or ``@tool(name=..., ...)`` on a ``def`` or ``async def``.
 
@@ -1044,6 +1075,16 @@ def tool(
             worker's heartbeats (Temporal would run it again) or its other turns. ``False``
             runs it on the worker's loop, for a body that shares loop-bound objects (an
             ``asyncio.Event`` or a client created on that loop) with the host.
+        loop_thresholds: this tool's loop threshold (pipeline spec §10.1, the signature's
+            ``tool_thresholds()``): how many identical operations of this tool make a
+            pattern; ``None`` uses ``RunConfig.detection.loop_threshold``. The stop
+            threshold stays the run's.
+        primary_param: the parameter whose value identifies an operation for loop
+            detection (§10.2, the signature's ``extract_primary_param``); a string value is
+            used as is, any other value as its canonical JSON. ``None`` (or a call without
+            it) uses the canonical JSON of the whole input.
+        loop_suggestion: the end of the host's loop warning for this tool's patterns
+            (default ``Consider a different approach or tool.``).
     """
 
     def wrap(func: Callable[..., Any]) -> Tool:
@@ -1060,6 +1101,9 @@ def tool(
             retry_on_interrupt=retry_on_interrupt,
             own_loop=own_loop,
             local=local,
+            loop_thresholds=loop_thresholds,
+            primary_param=primary_param,
+            loop_suggestion=loop_suggestion,
         )
 
     return wrap if fn is None else wrap(fn)

@@ -18,13 +18,14 @@ from tooltrail.config import LARGE_OUTPUT_BYTES, RunConfig
 from tooltrail.detection import LoopDetector
 from tooltrail.hooks import HookDecision
 from tooltrail.llm.messages import Message, ModelResponse, ThinkingSetting, Usage
-from tooltrail.memoize import MemoCache, MemoPlan
+from tooltrail.memoize import MemoCache, MemoEntry, MemoPlan
 from tooltrail.planner import CallVerdict
 from tooltrail.recovery import Analysis
 from tooltrail.results import Part, ToolCall, ToolDispatchResult
 from tooltrail.signatures import SignedApproval
 
 __all__ = [
+    "ACCESS_AUTHORIZE",
     "ATTEMPT_OUTCOME",
     "AUDIT_RECORD",
     "MODEL_TURN",
@@ -41,6 +42,8 @@ __all__ = [
     "AttemptOutcome",
     "AttemptResult",
     "AuditEvent",
+    "AuthorizeInput",
+    "AuthorizeOutcome",
     "BreakerRefused",
     "CloseSessionInput",
     "ConversationAppend",
@@ -52,6 +55,7 @@ __all__ = [
     "HostFeatures",
     "InfraFailed",
     "MemoHit",
+    "MemoSeen",
     "MemoryEntry",
     "ModelPhase",
     "ModelSettings",
@@ -90,6 +94,8 @@ RECOVERY_REFLECT = "tooltrail.recovery.reflect"
 """Activity: ask the host's reflector about a failed attempt."""
 MODEL_TURN = "tooltrail.model.turn"
 """Activity: append a turn's new messages to the run's conversation and ask the model."""
+ACCESS_AUTHORIZE = "tooltrail.access.authorize"
+"""Activity: the worker's access gate answers a preflight (``Tooltrail.authorize_tool``)."""
 TURN_PREPARE = "tooltrail.turn.prepare"
 """Activity (local): plan a standalone turn where the tools live (``TurnPlan``)."""
 
@@ -173,6 +179,8 @@ class SessionState(BaseModel):
     """The loop detector's window and warned set."""
     memo: MemoCache = Field(default_factory=MemoCache)
     """The ``MemoizingMiddleware`` cache."""
+    acks_applied: int = 0
+    """The number of the last loop-warning acknowledgement taken into ``detector``."""
 
 
 class ConversationAppend(BaseModel):
@@ -218,6 +226,12 @@ class ToolMeta(BaseModel):
     retry_on_interrupt: bool = True
     local: bool = False
     """Attempts run as local activities (``@tool(local=True)``)."""
+    loop_threshold: int | None = None
+    """The tool's own loop threshold (``@tool(loop_thresholds=...)``); ``None``: the run's."""
+    primary_param: str | None = None
+    """The argument that identifies an operation for loop detection; ``None``: all of them."""
+    loop_suggestion: str | None = None
+    """The end of the host's loop warning for this tool's patterns."""
 
 
 class PrepareTurn(BaseModel):
@@ -254,6 +268,22 @@ class TurnPlan(BaseModel):
     """Per call id, the paths it touches (for write-tool eviction)."""
     session: SessionState = Field(default_factory=SessionState)
     """The session's state as the previous turn left it."""
+
+
+class AuthorizeInput(BaseModel):
+    """Input of ``AuthorizeToolWorkflow`` and its activity: a preflight's call."""
+
+    name: str
+    arguments: dict[str, Any] | None = None
+
+
+class AuthorizeOutcome(BaseModel):
+    """A worker's access gate on a preflight (spec GIA §6.4)."""
+
+    allowed: bool
+    reason: str = ""
+    unknown: bool = False
+    """The worker has no tool of that name (the client raises ``UnknownToolError``)."""
 
 
 class WorkerCatalog(BaseModel):
@@ -328,6 +358,9 @@ class ExecuteAttempt(BaseModel):
     tool_name: str
     arguments: dict[str, Any]
     attempt: int = 0
+    turn_number: int = 0
+    """The turn's number in its session (how many turns saved the session's state before
+    it), for the hooks' contexts (spec §7)."""
     skip_pre_hooks: bool = False
     """True when a human already approved this attempt (interactive ``Ask``)."""
     large_output_bytes: int = LARGE_OUTPUT_BYTES
@@ -340,6 +373,18 @@ class ExecuteAttempt(BaseModel):
     """A shadow replay: never run the tool; serve ``recorded`` (or report it missing)."""
     recorded: RecordedAttempt | None = None
     """The original turn's result of this attempt (shadow replays)."""
+    memo: MemoEntry | None = None
+    """A memoize hit to serve at the memoize layer's place in the pipeline (a layer that is
+    not registered first); the layers before it handle it like a result."""
+
+
+class MemoSeen(BaseModel):
+    """A successful result as the memoize layer saw it come back from the inner layers."""
+
+    output: str | list[Part]
+    duration_ms: float = 0.0
+    resolved_tool_name: str = ""
+    display_hint: str | None = None
 
 
 class _Result(BaseModel):
@@ -379,6 +424,10 @@ class Ran(_Result):
     output_preview: str | None = None
     """With ``output_ref``: the first characters of the output's text (for memory)."""
     post_hook_errors: list[str] = Field(default_factory=list)
+    memo_served: bool = False
+    """The memoize layer served the request's ``memo`` hit: nothing inside it ran."""
+    memo_seen: MemoSeen | None = None
+    """What the memoize layer (not registered first) saw succeed, for the cache."""
     """Post-tool hooks that raised (logged and ignored)."""
 
 

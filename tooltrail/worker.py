@@ -19,6 +19,7 @@ from tooltrail.activities import (
     SessionActivities,
     ToolActivities,
 )
+from tooltrail.activities.authorize import AuthorizeActivities
 from tooltrail.activities.catalog import CatalogActivities
 from tooltrail.activities.conversation import ConversationActivities
 from tooltrail.activities.planning import TurnPlanner
@@ -41,6 +42,7 @@ from tooltrail.settings import Settings
 from tooltrail.telemetry import tracing_interceptors
 from tooltrail.tools import Tool, ToolRegistry
 from tooltrail.workflows.agent import AgentRunWorkflow
+from tooltrail.workflows.authorize import AuthorizeToolWorkflow
 from tooltrail.workflows.catalog import ToolCatalogWorkflow
 from tooltrail.workflows.session import CloseSessionWorkflow
 from tooltrail.workflows.turn import TurnWorkflow
@@ -167,7 +169,13 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[TurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow, ToolCatalogWorkflow],
+        workflows=[
+            TurnWorkflow,
+            CloseSessionWorkflow,
+            AgentRunWorkflow,
+            ToolCatalogWorkflow,
+            AuthorizeToolWorkflow,
+        ],
         activities=[
             tools.execute,
             audit.record,
@@ -175,6 +183,7 @@ def build_worker(
             recovery.reflect,
             planner.prepare,
             CatalogActivities(host).catalog,
+            AuthorizeActivities(dispatcher).authorize,
             *extra_activities,
         ],
         workflow_runner=sandbox_runner(strict=strict_sandbox),

@@ -83,6 +83,8 @@ class AgentRunWorkflow:
                     calls=[],
                     advertised=inp.advertised,
                     config=inp.config,
+                    # The run's last allowed turn ends the run (spec §10.4's boundary).
+                    ends_run=carry.turn_index + 1 >= inp.max_turns,
                     model=ModelPhase(
                         run_id=self._run_id,
                         start_seq=carry.next_seq,

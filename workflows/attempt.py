@@ -16,11 +16,11 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tooltrail.detection import LoopCheck, operation_for
+from tooltrail.detection import LoopCheck, operation_for, primary_value
 from tooltrail.envelopes import open_outcome
 from tooltrail.errors import LoopDetected, ToolRecoveryExhausted
 from tooltrail.hooks import HookDecision
-from tooltrail.memoize import with_cached_marker
+from tooltrail.memoize import MemoEntry, with_cached_marker
 from tooltrail.recovery import MAX_RECOVERY_ATTEMPTS
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.text import BREAKER_OPEN, canonical_json, render_text, stable_hash, trajectory
@@ -37,6 +37,7 @@ from tooltrail.wire import (
     InfraFailed,
     MemoHit,
     MemoryEntry,
+    MemoSeen,
     Ran,
     ShadowServed,
 )
@@ -47,6 +48,14 @@ from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
 
 __all__ = ["CallPipeline"]
+
+MEMO_IN_PLACE = "memo-in-registration-order"
+"""Patch: a memoize layer not registered first serves its hits in the tool activity, at its
+place (histories before it served every hit in the workflow)."""
+
+APPROVAL_RECHECKS_LOOP = "approval-rechecks-loop"
+"""Patch: an approved ``Ask`` reads the loop pre-check again (histories before it reused the
+check taken before the wait)."""
 
 # Margin on top of a tool's own timeout, so the tool's soft timeout text wins over Temporal's.
 _TIMEOUT_MARGIN = timedelta(seconds=30)
@@ -117,7 +126,9 @@ class CallPipeline:
                 else render_text(result.output)
             )
             if config.detection.enabled:
-                operation = operation_for(tool_name, arguments, text)
+                meta = state.plan.tools.get(tool_name)
+                primary = primary_value(arguments, meta.primary_param if meta else None)
+                operation = operation_for(tool_name, arguments, text, primary)
                 if ran is not None and stored:
                     operation = operation.model_copy(update={"result_hash": ran.output_hash})
                 state.detector.record(operation, config.detection)
@@ -155,8 +166,7 @@ class CallPipeline:
         """
         # 2 HOOKS run first thing in the tool activity (sharing its round trip); 3 DETECT is
         # a pure read of the window, decided here; 4 GATE runs in the activity after the hooks.
-        detection = self._state.input.config.detection
-        check = self._state.detector.check(detection) if detection.enabled else None
+        check = self._state.loop_check()
         if check is not None and check.should_stop:
             # Step 2 comes before step 3: a hook's block is the answer, not the loop.
             refusal = await self._hooks_first(call, tool_name, arguments, attempt)
@@ -174,7 +184,8 @@ class CallPipeline:
             return hit
         # 5 EXECUTE: a pending cancellation wins before and after the activity.
         raise_if_cancelled()
-        outcome = await self._execute(call, tool_name, arguments, attempt)
+        memo = self._memo_in_place(tool_name, arguments)
+        outcome = await self._execute(call, tool_name, arguments, attempt, memo=memo)
         raise_if_cancelled()
         while True:
             match outcome:
@@ -182,12 +193,22 @@ class CallPipeline:
                     refusal = await self._hook_decision(call, tool_name, arguments, attempt, hook)
                     if refusal is not None:
                         return refusal
-                    # Approved by a human: the attempt goes on, without asking the hooks again.
+                    # Approved by a human: the attempt goes on at step 3 (spec §7). While it
+                    # waited, parallel siblings recorded their attempts: the pre-check is read
+                    # again, not the one taken before the wait.
+                    if hook.decision == "ask" and workflow.patched(APPROVAL_RECHECKS_LOOP):
+                        check = self._state.loop_check()
+                        if check is not None and check.should_stop:
+                            self._loop_stop(call, tool_name, arguments, attempt, check)
+                    # The hooks are not asked again.
                     outcome = await self._execute(
-                        call, tool_name, arguments, attempt, skip_pre_hooks=True
+                        call, tool_name, arguments, attempt, skip_pre_hooks=True, memo=memo
                     )
                     raise_if_cancelled()
                 case BreakerRefused():
+                    # Step 3 came before the gate: its pattern is reported even when the gate
+                    # then refuses (spec §8: at every pre-check).
+                    self._warn_loop(call, tool_name, attempt, check)
                     # 4 GATE refused (decided worker-side, against the shared breaker): soft,
                     # no POST phase, no recovery, so a retrying strategy cannot spin against it.
                     self._trail.emit(
@@ -220,7 +241,12 @@ class CallPipeline:
             # The warn band: observers hear of the pattern; dispatch went ahead.
             self._trail.emit(
                 "loop_detected",
-                {"pattern": check.pattern, "repetitions": check.repetitions, "stop": False},
+                {
+                    "pattern": check.pattern,
+                    "repetitions": check.repetitions,
+                    "stop": False,
+                    "warning": self._state.loop_warning(check),
+                },
                 call_id=call.id,
                 tool=tool_name,
                 attempt=attempt,
@@ -249,6 +275,8 @@ class CallPipeline:
         plan = state.plan.memo
         if plan is None or state.input.shadow is not None:
             return None
+        if not plan.outermost and workflow.patched(MEMO_IN_PLACE):
+            return None  # served in the activity, at the layer's place (_memo_in_place)
         entry = state.memo.lookup(plan, tool_name, arguments, state.session_version)
         if entry is None:
             return None
@@ -260,6 +288,16 @@ class CallPipeline:
             display_hint=entry.display_hint,
         )
 
+    def _memo_in_place(self, tool_name: str, arguments: dict[str, Any]) -> MemoEntry | None:
+        """The hit a memoize layer not registered first serves at its place, if any."""
+        state = self._state
+        plan = state.plan.memo
+        if plan is None or plan.outermost or state.input.shadow is not None:
+            return None
+        if not workflow.patched(MEMO_IN_PLACE):
+            return None
+        return state.memo.lookup(plan, tool_name, arguments, state.session_version)
+
     def _memo_update(
         self, call: ToolCall, tool_name: str, arguments: dict[str, Any], outcome: AttemptResult
     ) -> None:
@@ -267,9 +305,16 @@ class CallPipeline:
         plan = state.plan.memo
         if plan is None or outcome.is_error or state.input.shadow is not None:
             return
+        kept: MemoSeen | AttemptResult = outcome
         match outcome:
-            case MemoHit():
+            case MemoHit() | Ran(memo_served=True):
                 return  # served from the cache: nothing new to keep
+            case Ran() if not plan.outermost and workflow.patched(MEMO_IN_PLACE):
+                # What the layer saw come back from inside it: the layers before it apply
+                # again to every hit, so their output must not be cached.
+                if outcome.memo_seen is None:
+                    return  # stopped before the layer, or too large for the history
+                kept = outcome.memo_seen
             case Ran(output_ref=str()):
                 return  # a large output stays in the database, not in the cache
             case Ran() | ShadowServed() | InfraFailed():
@@ -282,10 +327,10 @@ class CallPipeline:
             plan,
             tool=tool_name,
             arguments=arguments,
-            output=outcome.output,
-            duration_ms=outcome.duration_ms,
-            resolved_tool_name=outcome.resolved_tool_name,
-            display_hint=outcome.display_hint,
+            output=kept.output,
+            duration_ms=kept.duration_ms,
+            resolved_tool_name=kept.resolved_tool_name or tool_name,
+            display_hint=kept.display_hint,
             turn=state.session_version,
             paths=paths,
         )
@@ -321,7 +366,7 @@ class CallPipeline:
         }
         if ran is not None and ran.output_ref is not None:
             payload["output_ref"] = ran.output_ref
-        if isinstance(outcome, MemoHit):
+        if isinstance(outcome, MemoHit) or (ran is not None and ran.memo_served):
             payload["cached"] = True
         if ran is not None and ran.dispatch is not None:
             payload["dispatch"] = ran.dispatch
@@ -359,7 +404,12 @@ class CallPipeline:
         """Refuse the attempt at the stop threshold (spec §10.3): a hard error for the turn."""
         self._trail.emit(
             "loop_detected",
-            {"pattern": check.pattern, "repetitions": check.repetitions, "stop": True},
+            {
+                "pattern": check.pattern,
+                "repetitions": check.repetitions,
+                "stop": True,
+                "warning": self._state.loop_warning(check),
+            },
             call_id=call.id,
             tool=tool_name,
             attempt=attempt,
@@ -399,6 +449,7 @@ class CallPipeline:
         *,
         skip_pre_hooks: bool = False,
         hooks_only: bool = False,
+        memo: MemoEntry | None = None,
     ) -> AttemptOutcome:
         """Run one attempt as an activity; infrastructure failures become soft outcomes."""
         inp = self._state.input
@@ -417,6 +468,8 @@ class CallPipeline:
             attempt=attempt,
             skip_pre_hooks=skip_pre_hooks,
             hooks_only=hooks_only,
+            turn_number=self._state.session_version,
+            memo=memo,
             shadow=inp.shadow is not None,
             large_output_bytes=config.large_output_bytes,
             recorded=(

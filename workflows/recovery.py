@@ -19,8 +19,12 @@ from tooltrail.recovery import (
     MAX_RECOVERY_ATTEMPTS,
     Action,
     Analysis,
+    ApproachChange,
+    Correction,
+    Escalate,
     Fail,
     InputFix,
+    PrerequisiteFix,
     Retry,
     ToolChange,
 )
@@ -55,11 +59,12 @@ class NextAttempt:
 
 
 def _correct(
-    correction: InputFix | ToolChange | None, tool: str, arguments: dict[str, Any]
+    correction: Correction | None, tool: str, arguments: dict[str, Any]
 ) -> tuple[str, dict[str, Any], str | None]:
     """Apply a correction; return the new tool, input and the failure text (if unusable)."""
     match correction:
-        case None:
+        case None | PrerequisiteFix() | ApproachChange() | Escalate():
+            # Spec §6.4: recorded with the analysis, skipped; the retry runs unchanged.
             return tool, arguments, None
         case InputFix(modified_input=None):
             return tool, arguments, "InputFix correction missing modified_input"
@@ -80,6 +85,7 @@ class Recovery:
         """Share the turn's state (its recovery strategy) and its trail."""
         self._state = state
         self._trail = trail
+        self._reflector_error: str | None = None
 
     async def after_failure(
         self,
@@ -91,6 +97,7 @@ class Recovery:
         attempt: int,
     ) -> NextAttempt | None:
         """Decide, and record the decision; ``None`` keeps the failed result (soft)."""
+        self._reflector_error = None
         analysis, action = await self._decide(outcome, text, tool_name, arguments, attempt)
         if not isinstance(action, Retry):
             self._event(call, tool_name, attempt, analysis, action)
@@ -142,9 +149,12 @@ class Recovery:
                 )
             except ActivityError as failure:
                 raise_if_cancelled_activity()
-                return None, Fail(reason=f"reflector unavailable: {failure.cause or failure}")
+                # Spec §6.1: Fail(error_msg), no correction; the event says what broke.
+                self._reflector_error = f"reflector unavailable: {failure.cause or failure}"
+                return None, Fail(reason=text)
             if reflected.analysis is None:
-                return None, Fail(reason=reflected.error or text)
+                self._reflector_error = reflected.error
+                return None, Fail(reason=text)
             analysis = reflected.analysis
         strategy = self._state.input.config.recovery
         return analysis, strategy.decide(analysis, attempt, MAX_RECOVERY_ATTEMPTS)
@@ -164,6 +174,7 @@ class Recovery:
                 "action": action.model_dump(mode="json"),
                 "analysis": None if analysis is None else analysis.model_dump(mode="json"),
                 "correction_problem": correction_problem,
+                **({"reflector_error": self._reflector_error} if self._reflector_error else {}),
                 "next_attempt": attempt + 1 if isinstance(action, Retry) else None,
             },
             call_id=call.id,

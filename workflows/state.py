@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tooltrail.detection import LoopDetector
+from tooltrail.detection import LoopCheck, LoopDetector
 from tooltrail.memoize import MemoCache
 from tooltrail.wire import (
     ApprovalInput,
@@ -64,6 +64,8 @@ class TurnState:
     """The session's memoize cache."""
     session_version: int = 0
     """The session state's version as the previous turn saved it."""
+    acks_applied: int = 0
+    """The last loop-warning acknowledgement the session's state has taken up."""
     finished: list[str] = field(default_factory=list)
     """Calls that have their result, in the order they got it."""
     waiting: dict[str, PendingApproval] = field(default_factory=dict)
@@ -82,6 +84,34 @@ class TurnState:
             return self.input.advertised
         return self.plan.advertised or []
 
+    def loop_thresholds(self) -> dict[str, int]:
+        """The tools' own loop thresholds (``@tool(loop_thresholds=...)``), by name."""
+        return {
+            name: meta.loop_threshold
+            for name, meta in self.plan.tools.items()
+            if meta.loop_threshold is not None
+        }
+
+    def loop_check(self) -> LoopCheck | None:
+        """The loop pre-check (spec §10.3, a pure read); ``None`` when detection is off."""
+        detection = self.input.config.detection
+        if not detection.enabled:
+            return None
+        return self.detector.check(detection, self.loop_thresholds())
+
+    def loop_warning(self, check: LoopCheck) -> str | None:
+        """The host's warning text of a pattern, with its tool's suggestion (spec §10.3)."""
+        first = check.candidates[0] if check.candidates else None
+        meta = self.plan.tools.get(first.tool) if first is not None else None
+        return check.host_warning(meta.loop_suggestion if meta is not None else None)
+
+    def end_of_run(self) -> bool:
+        """Apply the run boundary (spec §10.4): clear a window at stop level."""
+        detection = self.input.config.detection
+        if not detection.enabled:
+            return False
+        return self.detector.end_of_run(detection, self.loop_thresholds())
+
     def adopt(self, plan: TurnPlan) -> None:
         """Take up the worker's plan, and the session-scoped state the previous turn left.
 
@@ -95,6 +125,7 @@ class TurnState:
         self.detector = start.model_copy(deep=True)
         self.memo = state.memo.model_copy(deep=True)
         self.session_version = state.version
+        self.acks_applied = state.acks_applied
         if plan.memo is not None:
             self.memo.expire(plan.memo, self.session_version)
 
@@ -103,5 +134,8 @@ class TurnState:
         if self.input.shadow is not None:
             return None
         return SessionState(
-            version=self.session_version + 1, detector=self.detector, memo=self.memo
+            version=self.session_version + 1,
+            detector=self.detector,
+            memo=self.memo,
+            acks_applied=self.acks_applied,
         )

@@ -304,10 +304,13 @@ class TurnWorkflow:
 
     async def _finish(self, status: TurnStatus, error: BaseException | None = None) -> None:
         """End the trail: the session's state as the turn leaves it, then the final write."""
-        detection = self._state.input.config.detection
-        if self._state.input.ends_run and detection.enabled:
+        inp = self._state.input
+        # An agent run ends with the turn whose model answered without tool calls (or with
+        # its last allowed turn, which the run marks ends_run).
+        answered = inp.model is not None and status == "completed" and not inp.calls
+        if inp.ends_run or answered:
             # The run is over: a pattern at stop level must not stop the session's next run.
-            self._state.detector.end_of_run(detection)
+            self._state.end_of_run()
         await self._trail.finish(status, error)
 
     async def _finish_recording(self) -> None:

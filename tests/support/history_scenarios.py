@@ -28,6 +28,7 @@ from tooltrail import (
     FixedDelay,
     Host,
     InputFix,
+    LoopDetection,
     NoRetry,
     ReflectionContext,
     RetryForever,
@@ -48,6 +49,7 @@ from tooltrail.embedded import start_dev_server
 from tooltrail.hooks import Ask, Block, PreToolUseContext
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 from tooltrail.memoize import MemoizingMiddleware
+from tooltrail.middleware import OutputLimitMiddleware
 from tooltrail.results import TextPart
 from tooltrail.scratch import ScratchDirs
 from tooltrail.worker import build_worker
@@ -282,6 +284,57 @@ async def ask_expired(tt: Tooltrail) -> str:
     return turn.turn_id
 
 
+class AskFirst:
+    """Asks about call 'c1', allows the rest."""
+
+    async def pre_tool(self, ctx: PreToolUseContext) -> Ask | None:
+        return Ask("go on?") if ctx.tool_call_id == "c1" else None
+
+
+async def approval_rechecks_loop(tt: Tooltrail) -> str:
+    # c1 parks on its Ask while its wave's siblings build a stop-level pattern; approved, it
+    # reads the pre-check again and the turn stops (patch "approval-rechecks-loop").
+    handle = await tt.start_turn(
+        [
+            ToolCall("c1", "nap", {"ms": 1}),
+            *(ToolCall(f"c{i}", "nap", {"ms": 0}) for i in (2, 3, 4)),
+        ],
+        session_id="hist-recheck",
+        config=RunConfig(
+            dispatch="parallel",
+            interactive=True,
+            detection=LoopDetection(loop_threshold=2, stop_threshold=3),
+        ),
+    )
+    for _ in range(200):
+        if await handle.pending_approvals():
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(1.0)  # the siblings' results reach the workflow
+    await handle.approve("c1", by="recorder")
+    with contextlib.suppress(TooltrailError):
+        await handle.result()
+    return handle.turn_id
+
+
+async def authorize_tool(tt: Tooltrail) -> str:
+    # The preflight runs on a worker: one short workflow, whose id the client picks.
+    await tt.authorize_tool("echo", {"text": "x"})
+    workflow_id = ""
+    async for execution in tt.client.list_workflows("WorkflowType = 'AuthorizeToolWorkflow'"):
+        workflow_id = execution.id
+    return workflow_id
+
+
+async def memo_in_place(tt: Tooltrail) -> str:
+    # Memoize registered second: the hit is served in the activity, at its place.
+    turn = await tt.run_turn(
+        [ToolCall("c1", "echo", {"text": "twice"}), ToolCall("c2", "echo", {"text": "twice"})],
+        session_id="hist-memo-in-place",
+    )
+    return turn.turn_id
+
+
 async def breaker_and_memo(tt: Tooltrail) -> str:
     await tt.run_turn([ToolCall("c0", "echo", {"text": "cache me"})], session_id="hist-memo")
     turn = await tt.run_turn(
@@ -477,6 +530,12 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "parallel_hard_error": (parallel_hard_error, Host(TOOLS, reflector=AlwaysRecoverable())),
     "loop_stop": (loop_stop, Host(TOOLS)),
     "hooks_and_approval": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
+    "approval_rechecks_loop": (approval_rechecks_loop, Host(TOOLS, hooks=[AskFirst()])),
+    "authorize_tool": (authorize_tool, Host(TOOLS)),
+    "memo_in_place": (
+        memo_in_place,
+        Host(TOOLS, middleware=[OutputLimitMiddleware(1000), MemoizingMiddleware(["echo"])]),
+    ),
     "shadow_replay": (shadow_replay, Host(TOOLS)),
     "ask_expired": (ask_expired, Host(TOOLS, hooks=[AskBriefly()])),
     "signed_approval": (

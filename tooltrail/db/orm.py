@@ -181,6 +181,10 @@ class SessionStateRow(Base):
     state: Mapped[dict[str, Any]] = mapped_column(JsonType)
     last_turn_id: Mapped[str | None] = mapped_column(String(255))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    acknowledged: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonType)
+    """Loop warnings the host acknowledged (``acknowledge_loop_warning``), numbered, that a
+    turn has not taken up yet. A column of their own: a turn's state write never touches it,
+    so an acknowledgement made while a turn runs is not lost."""
 
 
 class ConversationMessageRow(Base):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, func, select
+from sqlalchemy import Select, and_, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -26,6 +26,7 @@ from tooltrail.db.orm import (
     TurnRow,
 )
 from tooltrail.db.sqlite_guard import release_sqlite_file
+from tooltrail.detection import Operation
 from tooltrail.llm.messages import Message, ModelResponse, Usage
 from tooltrail.wire import AuditEvent, Flush, MemoryEntry, SessionState, TurnRecord
 
@@ -117,14 +118,68 @@ async def record_session_state(
 
 
 async def load_session_state(session: AsyncSession, *, session_id: str) -> SessionState:
-    """Return a session's saved state, or a fresh one."""
+    """Return a session's saved state, or a fresh one.
+
+    Acknowledged loop warnings the saved state has not taken up yet join its warned set
+    here, so the turn that reads the state carries them from then on.
+    """
     # A plain row, not an ORM object: an agent run reads it at every model turn.
     table = SessionStateRow.__table__
-    query = select(table.c.state, table.c.version).where(table.c.session_id == session_id)
+    query = select(table.c.state, table.c.version, table.c.acknowledged).where(
+        table.c.session_id == session_id
+    )
     row = (await session.execute(query)).first()
     if row is None:
         return SessionState()
-    return SessionState.model_validate({**row.state, "version": row.version})
+    state = SessionState.model_validate({**row.state, "version": row.version})
+    _take_up_acknowledgements(state, row.acknowledged)
+    return state
+
+
+def _take_up_acknowledgements(state: SessionState, acknowledged: list[Any] | None) -> None:
+    for entry in sorted(acknowledged or [], key=lambda item: int(item["id"])):
+        if int(entry["id"]) > state.acks_applied:
+            state.detector.acknowledge_loop_warning(Operation.model_validate(entry["op"]))
+            state.acks_applied = int(entry["id"])
+
+
+async def acknowledge_loop_warning(
+    session: AsyncSession, *, session_id: str, pattern: str | None = None
+) -> list[str]:
+    """Acknowledge a session's loop warning (pipeline spec §10.2's warned set).
+
+    The most repeated operations of the session's window (of ``pattern`` only, when given)
+    are recorded as acknowledged; the session's next turn takes them into its warned set.
+
+    Returns:
+        The acknowledged patterns (``{tool}({param})``), empty when nothing matched.
+    """
+    table = SessionStateRow.__table__
+    query = select(table.c.state, table.c.version, table.c.acknowledged).where(
+        table.c.session_id == session_id
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        query = query.with_for_update()  # two acknowledgements never share a number
+    row = (await session.execute(query)).first()
+    if row is None:
+        return []
+    saved = SessionState.model_validate({**row.state, "version": row.version})
+    current = saved.model_copy(deep=True)
+    _take_up_acknowledgements(current, row.acknowledged)
+    ops = current.detector.repeated(pattern)
+    if not ops:
+        return []
+    # Entries the saved state took up already are dropped; the others stay pending.
+    pending = [e for e in row.acknowledged or [] if int(e["id"]) > saved.acks_applied]
+    last = max([saved.acks_applied, *(int(e["id"]) for e in pending)])
+    pending += [
+        {"id": last + number, "op": op.model_dump(mode="json")}
+        for number, op in enumerate(ops, start=1)
+    ]
+    await session.execute(
+        update(SessionStateRow).where(table.c.session_id == session_id).values(acknowledged=pending)
+    )
+    return sorted({op.pattern for op in ops})
 
 
 async def record_events(
@@ -336,6 +391,13 @@ class AuditStore:
         """Return the state the session's last turn saved (or a fresh one)."""
         async with self.sessions() as session:
             return await load_session_state(session, session_id=session_id)
+
+    async def acknowledge_loop_warning(
+        self, session_id: str, pattern: str | None = None
+    ) -> list[str]:
+        """Acknowledge a session's loop warning; see the module function of that name."""
+        async with self.sessions.begin() as session:
+            return await acknowledge_loop_warning(session, session_id=session_id, pattern=pattern)
 
     async def events(self, turn_id: str) -> list[AuditEvent]:
         """Return a turn's audit events ordered by ``seq``, large outputs filled back in."""
