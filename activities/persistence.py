@@ -25,7 +25,12 @@ class AuditActivities:
         With ``must_persist`` (the end of a turn) a database error propagates, so Temporal
         retries the write; otherwise it is logged and the workflow sends the records again.
         """
-        return await self.recorder.write(inp.flush, must_persist=inp.must_persist)
+        flush = inp.flush
+        if not flush.run_id:
+            # The run writes its own branch of the trail (a reset's run never overwrites the
+            # records of the run it branched from); the workflow leaves it out of its input.
+            flush = flush.model_copy(update={"run_id": activity.info().workflow_run_id or ""})
+        return await self.recorder.write(flush, must_persist=inp.must_persist)
 
 
 class SessionActivities:

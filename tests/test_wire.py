@@ -357,6 +357,7 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
         "memory": [],
         "session": None,
         "conversation": None,
+        "run_id": "",
     },
 }
 

@@ -71,6 +71,7 @@ __all__ = [
     "TurnOutput",
     "TurnPlan",
     "TurnRecord",
+    "TurnRun",
     "TurnStatus",
     "WorkerCatalog",
 ]
@@ -108,7 +109,7 @@ TurnStatus = Literal["running", "completed", "failed", "cancelled"]
 
 
 class AuditEvent(BaseModel):
-    """One event of a turn, as recorded in the audit trail (unique per turn and ``seq``)."""
+    """One event of a turn, as recorded in the audit trail (unique per turn, run and ``seq``)."""
 
     seq: int
     """Position in the turn's event stream, from 0; deterministic for a given history."""
@@ -124,6 +125,14 @@ class AuditEvent(BaseModel):
     """Everything about the event, with full, untruncated input and output."""
     created_at: datetime
     """Workflow time at which the event was produced."""
+    run_id: str | None = None
+    """The Temporal run of the turn's workflow id that produced it (set when stored; empty
+    for records written before run ids; ``None`` before the record reaches the database)."""
+    temporal_attempt: int | None = None
+    """For attempt records: Temporal's activity attempt (from 1) that ran the tool. Attempts
+    below it were lost with their workers (``payload["lost_attempts"]`` names them)."""
+    worker: str | None = None
+    """For attempt records: the identity of the worker that ran that attempt."""
 
 
 class MemoryEntry(BaseModel):
@@ -158,6 +167,21 @@ class TurnRecord(BaseModel):
     error_type: str | None = None
     rerun_of: str | None = None
     mode: Literal["live", "rerun", "shadow"] = "live"
+    run_id: str = ""
+    """The Temporal run the row describes (the latest run of the turn's workflow id)."""
+
+
+class TurnRun(BaseModel):
+    """One Temporal run of a turn's workflow id that wrote audit records."""
+
+    run_id: str
+    """Temporal's run id (empty for records written before run ids)."""
+    branched_from: str | None = None
+    """The run that was the turn's latest when this one first wrote (a reset's base)."""
+    created_at: datetime
+    """When the run's first record was written (worker clock)."""
+    latest: bool = False
+    """Whether the turn's row describes this run (the run its workflow id ended with)."""
 
 
 class SessionState(BaseModel):
@@ -193,6 +217,8 @@ class Flush(BaseModel):
     """The session's state at the end of the turn (final record only)."""
     conversation: ConversationAppend | None = None
     """An agent turn's tool results for its run's conversation (final record only)."""
+    run_id: str = ""
+    """The Temporal run that produced the records (the audit activity fills it in)."""
 
 
 class HostFeatures(BaseModel):

@@ -1,8 +1,10 @@
 """Reads and idempotent writes of the audit trail and memory.
 
-Every write is keyed on (turn id, seq), never on an attempt number, because Temporal may run
-an activity again: a second write of the same records is a no-op. ORM rows never leave this
-module; callers get pydantic models.
+Every audit write is keyed on (turn id, Temporal run id, seq), never on an attempt number,
+because Temporal may run an activity again: a second write of the same records is a no-op.
+A reset (or any new run of the turn's workflow id) writes its own branch: nothing of an
+earlier run is dropped or overwritten, and the turn's row follows the latest run. ORM rows
+never leave this module; callers get pydantic models.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, func, select
+from sqlalchemy import Select, and_, bindparam, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -24,9 +26,10 @@ from tooltrail.db.orm import (
     MemoryEntryRow,
     SessionStateRow,
     TurnRow,
+    TurnRunRow,
 )
 from tooltrail.llm.messages import Message, ModelResponse, Usage
-from tooltrail.wire import AuditEvent, Flush, MemoryEntry, SessionState, TurnRecord
+from tooltrail.wire import AuditEvent, Flush, MemoryEntry, SessionState, TurnRecord, TurnRun
 
 __all__ = [
     "AuditStore",
@@ -69,14 +72,54 @@ def _insert(session: AsyncSession, table: Any) -> Any:
 
 
 def _turn_upsert(insert: Any) -> Any:
-    # An ended turn's row moves a running row to its final status; nothing moves an ended
-    # row (one statement: a turn's last write is on its critical path).
+    # Within a run, an ended turn's row moves a running row to its final status and nothing
+    # moves an ended row. A run never seen before (a reset, a new run of the workflow id)
+    # takes the row over; a late write of an earlier run never does. One statement: a
+    # turn's last write is on its critical path.
     stmt = insert(TurnRow.__table__)
-    final = ("status", "ended_at", "call_count", "error", "error_type")
+    turn, runs = TurnRow.__table__, TurnRunRow.__table__
+    final = ("status", "ended_at", "call_count", "error", "error_type", "run_id")
+    # ``excluded`` cannot be correlated into a subquery: the row's keys come as parameters.
+    seen = (
+        select(runs.c.run_id)
+        .where(
+            runs.c.turn_id == bindparam("this_turn_id"), runs.c.run_id == bindparam("this_run_id")
+        )
+        .exists()
+    )
     return stmt.on_conflict_do_update(
         index_elements=["turn_id"],
         set_={column: stmt.excluded[column] for column in final},
-        where=and_(TurnRow.__table__.c.status == "running", stmt.excluded.status != "running"),
+        where=or_(
+            and_(
+                turn.c.run_id == stmt.excluded.run_id,
+                turn.c.status == "running",
+                stmt.excluded.status != "running",
+            ),
+            and_(turn.c.run_id != stmt.excluded.run_id, ~seen),
+        ),
+    )
+
+
+def _run_insert(insert: Any) -> Any:
+    # The run it branched from: the turn's most recent other run that wrote records.
+    runs = TurnRunRow.__table__
+    earlier = (
+        select(runs.c.run_id)
+        .where(runs.c.turn_id == bindparam("turn_id"), runs.c.run_id != bindparam("run_id"))
+        .order_by(runs.c.created_at.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    return (
+        insert(runs)
+        .values(
+            turn_id=bindparam("turn_id"),
+            run_id=bindparam("run_id"),
+            branched_from=earlier,
+            created_at=bindparam("created_at"),
+        )
+        .on_conflict_do_nothing(index_elements=["turn_id", "run_id"])
     )
 
 
@@ -96,9 +139,20 @@ def _aware(value: datetime | None) -> datetime | None:
     return value
 
 
-async def record_turn(session: AsyncSession, *, turn: TurnRecord) -> None:
-    """Insert the turn row, or move a running turn to its final status; never regress it."""
-    await session.execute(_prepared(session, "turn", _turn_upsert), turn.model_dump())
+async def record_turn(session: AsyncSession, *, turn: TurnRecord, run_id: str = "") -> None:
+    """Insert the turn row, or move it on: to its run's final status, or to a newer run.
+
+    Within a run the row never regresses; the first write of a run never seen before (a
+    reset) makes it the turn's latest run, and ``turn_run`` notes the run it branched from.
+    """
+    values = turn.model_dump()
+    values["run_id"] = run_id or turn.run_id
+    values["this_turn_id"], values["this_run_id"] = turn.turn_id, values["run_id"]
+    await session.execute(_prepared(session, "turn", _turn_upsert), values)
+    await session.execute(
+        _prepared(session, "turn_run", _run_insert),
+        {"turn_id": turn.turn_id, "run_id": values["run_id"], "created_at": datetime.now(UTC)},
+    )
 
 
 async def record_session_state(
@@ -127,19 +181,20 @@ async def load_session_state(session: AsyncSession, *, session_id: str) -> Sessi
 
 
 async def record_events(
-    session: AsyncSession, *, turn_id: str, events: Sequence[AuditEvent]
+    session: AsyncSession, *, turn_id: str, events: Sequence[AuditEvent], run_id: str = ""
 ) -> None:
-    """Insert events; those already stored under (turn, seq) are left as they are."""
+    """Insert events of a run; those already stored under (turn, run, seq) are left alone."""
     if not events:
         return
     rows = [{"turn_id": turn_id, **event.model_dump(mode="json")} for event in events]
     for row, event in zip(rows, events, strict=True):
         row["created_at"] = event.created_at
+        row["run_id"] = event.run_id or run_id
     stmt = _prepared(
         session,
         "events",
         lambda insert: insert(AuditEventRow.__table__).on_conflict_do_nothing(
-            index_elements=["turn_id", "seq"]
+            index_elements=["turn_id", "run_id", "seq"]
         ),
     )
     await session.execute(stmt, rows)
@@ -148,8 +203,8 @@ async def record_events(
 async def _write_records(session: AsyncSession, flush: Flush) -> None:
     """A flush's audit part: turn row, events, session state, conversation (not memory)."""
     if flush.turn is not None:
-        await record_turn(session, turn=flush.turn)
-    await record_events(session, turn_id=flush.turn_id, events=flush.events)
+        await record_turn(session, turn=flush.turn, run_id=flush.run_id)
+    await record_events(session, turn_id=flush.turn_id, events=flush.events, run_id=flush.run_id)
     if flush.session is not None:
         await record_session_state(
             session, session_id=flush.session_id, turn_id=flush.turn_id, state=flush.session
@@ -179,11 +234,25 @@ async def record_memory(session: AsyncSession, *, entries: Sequence[MemoryEntry]
     await session.execute(stmt, rows)
 
 
-async def list_events(session: AsyncSession, *, turn_id: str) -> list[AuditEvent]:
-    """Return a turn's events ordered by ``seq``."""
-    rows = await session.scalars(
-        select(AuditEventRow).where(AuditEventRow.turn_id == turn_id).order_by(AuditEventRow.seq)
-    )
+async def list_events(
+    session: AsyncSession, *, turn_id: str, all_runs: bool = False
+) -> list[AuditEvent]:
+    """Return the events of a turn's latest run ordered by ``seq`` (or of every run).
+
+    With ``all_runs`` the runs come in the order they first wrote, each ordered by ``seq``.
+    """
+    query = select(AuditEventRow).where(AuditEventRow.turn_id == turn_id)
+    if all_runs:
+        first_write = (
+            select(TurnRunRow.created_at)
+            .where(TurnRunRow.turn_id == turn_id, TurnRunRow.run_id == AuditEventRow.run_id)
+            .scalar_subquery()
+        )
+        query = query.order_by(first_write, AuditEventRow.run_id, AuditEventRow.seq)
+    else:
+        latest = select(TurnRow.run_id).where(TurnRow.turn_id == turn_id).scalar_subquery()
+        query = query.where(AuditEventRow.run_id == latest).order_by(AuditEventRow.seq)
+    rows = await session.scalars(query)
     events = []
     for row in rows:
         event = AuditEvent.model_validate(row, from_attributes=True)
@@ -227,9 +296,11 @@ async def list_turns(
     limit: int = 50,
 ) -> list[TurnSummary]:
     """Return the newest turns matching every given filter, newest first."""
+    # Counts of the turn's latest run (the one its row describes).
     events = (
         select(
             AuditEventRow.turn_id.label("turn_id"),
+            AuditEventRow.run_id.label("run_id"),
             func.count().label("event_count"),
             func.count()
             .filter(
@@ -237,14 +308,16 @@ async def list_turns(
             )
             .label("error_results"),
         )
-        .group_by(AuditEventRow.turn_id)
+        .group_by(AuditEventRow.turn_id, AuditEventRow.run_id)
         .subquery()
     )
     query: Select[Any] = select(  # type: ignore[assignment]
         TurnRow,
         func.coalesce(events.c.event_count, 0),
         func.coalesce(events.c.error_results, 0),
-    ).outerjoin(events, events.c.turn_id == TurnRow.turn_id)
+    ).outerjoin(
+        events, and_(events.c.turn_id == TurnRow.turn_id, events.c.run_id == TurnRow.run_id)
+    )
     if session_id is not None:
         query = query.where(TurnRow.session_id == session_id)
     if status is not None:
@@ -333,10 +406,10 @@ class AuditStore:
         async with self.sessions() as session:
             return await load_session_state(session, session_id=session_id)
 
-    async def events(self, turn_id: str) -> list[AuditEvent]:
-        """Return a turn's audit events ordered by ``seq``, large outputs filled back in."""
+    async def events(self, turn_id: str, *, all_runs: bool = False) -> list[AuditEvent]:
+        """Return the events of a turn's latest run (or every run's), large outputs filled in."""
         async with self.sessions() as session:
-            events = await list_events(session, turn_id=turn_id)
+            events = await list_events(session, turn_id=turn_id, all_runs=all_runs)
             refs = [e.payload["output_ref"] for e in events if e.payload.get("output_ref")]
             blobs = await get_blobs(session, keys=refs)
         for event in events:
@@ -344,6 +417,25 @@ class AuditStore:
             if ref in blobs:
                 event.payload["output"] = blobs[ref]
         return events
+
+    async def runs(self, turn_id: str) -> list[TurnRun]:
+        """Return the Temporal runs of a turn that wrote records, in the order they did."""
+        async with self.sessions() as session:
+            latest = await session.scalar(select(TurnRow.run_id).where(TurnRow.turn_id == turn_id))
+            rows = await session.scalars(
+                select(TurnRunRow)
+                .where(TurnRunRow.turn_id == turn_id)
+                .order_by(TurnRunRow.created_at, TurnRunRow.run_id)
+            )
+            return [
+                TurnRun(
+                    run_id=row.run_id,
+                    branched_from=row.branched_from,
+                    created_at=_aware(row.created_at) or row.created_at,
+                    latest=row.run_id == latest,
+                )
+                for row in rows
+            ]
 
     async def put_blob(self, key: str, output: Any, size: int) -> None:
         """Store a large output under its key."""

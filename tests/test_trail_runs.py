@@ -1,0 +1,190 @@
+"""Run-aware audit records on real SQLite and PostgreSQL: each Temporal run keeps its branch."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from temporalio.client import Client
+
+from tests.conftest import StackFactory
+from tests.support.cli_runner import run_cli
+from tests.test_database import flush
+from tooltrail import Host, ToolCall, tool
+from tooltrail.db.store import AuditStore
+from tooltrail.runs import branch_point
+from tooltrail.wire import AuditEvent, Flush, TurnOutput
+
+
+def run_flush(turn_id: str, run_id: str, seqs: range, *, status: str = "running") -> Flush:
+    records = flush(turn_id, seqs, status=status)
+    for event in records.events:
+        event.payload["output"] = f"{run_id}:{event.seq}"
+    return records.model_copy(update={"run_id": run_id})
+
+
+async def test_a_new_run_writes_its_own_branch_and_the_turn_follows_it(db_url: str) -> None:
+    store = AuditStore(db_url)
+    turn_id = f"runs-{datetime.now(UTC).timestamp()}"
+    try:
+        await store.write_flush(run_flush(turn_id, "run-a", range(0, 2)))
+        await store.write_flush(run_flush(turn_id, "run-a", range(2, 3), status="completed"))
+        # A reset: the new run numbers its records from 0 again, and ends differently.
+        await store.write_flush(run_flush(turn_id, "run-b", range(0, 2)))
+        await store.write_flush(run_flush(turn_id, "run-b", range(2, 4), status="failed"))
+        # A late, re-sent write of the earlier run changes nothing of the latest.
+        await store.write_flush(run_flush(turn_id, "run-a", range(0, 3), status="completed"))
+        latest = await store.events(turn_id)
+        every = await store.events(turn_id, all_runs=True)
+        runs = await store.runs(turn_id)
+        row = await store.turn(turn_id)
+        summary = [t for t in await store.turns(limit=500) if t.turn_id == turn_id]
+    finally:
+        await store.close()
+    assert [(e.run_id, e.seq, e.payload["output"]) for e in latest] == [
+        ("run-b", s, f"run-b:{s}") for s in range(4)
+    ]
+    assert [(e.run_id, e.seq) for e in every] == [("run-a", s) for s in range(3)] + [
+        ("run-b", s) for s in range(4)
+    ]
+    assert [(r.run_id, r.branched_from, r.latest) for r in runs] == [
+        ("run-a", None, False),
+        ("run-b", "run-a", True),
+    ]
+    assert row is not None and (row.run_id, row.status) == ("run-b", "failed")
+    assert summary[0].event_count == 4  # the latest run's records only
+
+
+async def test_records_without_a_run_id_stay_one_branch(db_url: str) -> None:
+    # Records of workers older than run ids (and direct writes) keep the old behaviour.
+    store = AuditStore(db_url)
+    turn_id = f"norun-{datetime.now(UTC).timestamp()}"
+    try:
+        await store.write_flush(flush(turn_id, range(0, 2)))
+        await store.write_flush(flush(turn_id, range(0, 3), status="completed"))
+        events = await store.events(turn_id)
+        runs = await store.runs(turn_id)
+    finally:
+        await store.close()
+    assert [(e.run_id, e.seq) for e in events] == [("", 0), ("", 1), ("", 2)]
+    assert [(r.run_id, r.branched_from, r.latest) for r in runs] == [("", None, True)]
+
+
+def _event(seq: int, output: str, at: int) -> AuditEvent:
+    return AuditEvent(
+        seq=seq,
+        kind="tool_post",
+        payload={"output": output},
+        created_at=datetime(2026, 1, 1, 0, 0, at, tzinfo=UTC),
+    )
+
+
+def test_the_branch_point_is_the_first_record_that_differs() -> None:
+    earlier = [_event(0, "a", 0), _event(1, "b", 1), _event(2, "c", 2)]
+    # Workflow time differs in a re-executed task; content decides.
+    later = [_event(0, "a", 5), _event(1, "B", 6)]
+    assert branch_point(earlier, later) == 1
+    assert branch_point(earlier, earlier[:2]) == 2
+    assert branch_point([], later) == 0
+
+
+# -- a real reset on the Temporal server -----------------------------------------------------
+
+_version = {"value": "v1"}
+
+
+@tool
+async def versioned(text: str) -> str:
+    """Return the text tagged with the tool's current version."""
+    return f"{_version['value']}:{text}"
+
+
+async def _reset_to_first_workflow_task(client: Client, workflow_id: str) -> str:
+    """What ``temporal workflow reset --type FirstWorkflowTask`` does; return the new run id."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    first_task = next(
+        e.event_id
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    )
+    response = await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=workflow_id),
+            reason="the tool changed",
+            workflow_task_finish_event_id=first_task,
+            request_id=str(uuid.uuid4()),
+        )
+    )
+    return response.run_id
+
+
+async def test_a_reset_turn_shows_its_new_run_and_keeps_the_old_one(
+    stack: StackFactory, db_url: str
+) -> tuple[str, str, str]:
+    _version["value"] = "v1"
+    async with stack(Host([versioned]), database_url=db_url) as tt:
+        turn = await tt.run_turn([ToolCall("c1", "versioned", {"text": "x"})], session_id="s")
+        first_run = (await tt.client.get_workflow_handle(turn.turn_id).describe()).run_id
+        before = await tt.audit(turn.turn_id)
+        # The operator changes the tool, then resets the finished turn.
+        _version["value"] = "v2"
+        new_run = await _reset_to_first_workflow_task(tt.client, turn.turn_id)
+        again = await tt.client.get_workflow_handle(
+            turn.turn_id, run_id=new_run, result_type=TurnOutput
+        ).result()
+        after = await tt.audit(turn.turn_id)
+        every = await tt.audit(turn.turn_id, all_runs=True)
+        runs = await tt.runs(turn.turn_id)
+        row = await tt.store.turn(turn.turn_id)
+    assert turn.results[0].output == "v1:x"
+    assert again.results[0].output == "v2:x"
+
+    def outputs(events: list[AuditEvent]) -> list[tuple[str | None, object]]:
+        return [(e.run_id, e.payload["output"]) for e in events if e.kind == "tool_post"]
+
+    assert outputs(before) == [(first_run, "v1:x")]
+    assert outputs(after) == [(new_run, "v2:x")]
+    assert outputs(every) == [(first_run, "v1:x"), (new_run, "v2:x")]
+    # Each run has its whole trail, numbered from 0.
+    assert [e.seq for e in after] == list(range(len(after)))
+    assert [e.seq for e in every if e.run_id == first_run] == [e.seq for e in before]
+    assert [(r.run_id, r.branched_from, r.latest) for r in runs] == [
+        (first_run, None, False),
+        (new_run, first_run, True),
+    ]
+    assert row is not None and (row.run_id, row.status) == (new_run, "completed")
+    return turn.turn_id, first_run, new_run
+
+
+async def test_audit_show_says_where_a_reset_run_branched(
+    stack: StackFactory, sqlite_url: str, tmp_path: Path
+) -> None:
+    turn_id, first_run, new_run = await test_a_reset_turn_shows_its_new_run_and_keeps_the_old_one(
+        stack, sqlite_url
+    )
+    latest = run_cli(["audit", "show", turn_id, "--database-url", sqlite_url], tmp_path)
+    every = run_cli(
+        ["audit", "show", turn_id, "--all-runs", "--database-url", sqlite_url], tmp_path
+    )
+    shown = run_cli(
+        ["audit", "show", turn_id, "--all-runs", "--json", "--database-url", sqlite_url], tmp_path
+    )
+    assert latest.returncode == every.returncode == shown.returncode == 0, latest.stderr
+    # A reset to the first workflow task re-executes everything: the session state the
+    # first run saved already differs in ``turn_started`` (seq 0).
+    assert f"run {new_run} (latest)  branched from run {first_run} at seq" in latest.stdout
+    assert "v2:x" in latest.stdout and "v1:x" not in latest.stdout
+    assert f"run {first_run} (earlier run)" in every.stdout
+    assert "v1:x" in every.stdout and "v2:x" in every.stdout
+    data = json.loads(shown.stdout)
+    runs = [(r["run_id"], r["branched_from"], r["latest"]) for r in data["runs"]]
+    assert runs == [(first_run, None, False), (new_run, first_run, True)]
+    branch = data["runs"][1]["branch_seq"]
+    tool_post = next(e["seq"] for e in data["events"] if e["kind"] == "tool_post")
+    assert 0 <= branch <= tool_post
