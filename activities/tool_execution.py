@@ -24,7 +24,7 @@ from temporalio import activity
 from tooltrail.breaker import CircuitBreaker
 from tooltrail.db.health import HealthStore
 from tooltrail.db.store import AuditStore
-from tooltrail.dispatcher import ToolDispatcher
+from tooltrail.dispatcher import NullAuditLog, ToolDispatcher
 from tooltrail.envelopes import seal_outcome
 from tooltrail.hooks import PostToolUseContext, PreToolUseContext, run_post_hooks, run_pre_hooks
 from tooltrail.logs import call_context
@@ -209,7 +209,7 @@ class ToolActivities:
         self.hooks = list(hooks)
         self.hook_timeout_s = hook_timeout_s
         self.middleware = list(middleware)
-        self.core = ToolCallMiddleware(dispatcher or ToolDispatcher(registry))
+        self.core = ToolCallMiddleware(dispatcher or ToolDispatcher(registry, audit=NullAuditLog()))
         self.health = None if breaker is None else (HealthStore(recorder.store), breaker)
 
     @activity.defn(name=TOOL_EXECUTE)

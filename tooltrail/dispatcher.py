@@ -9,6 +9,7 @@ middleware pipeline); used on its own it is the spec's ``ToolDispatcher``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 from collections.abc import Callable, Mapping
@@ -46,7 +47,9 @@ __all__ = [
     "DispatchResult",
     "DispatchStatus",
     "InMemoryAuditLog",
+    "NullAuditLog",
     "ToolDispatcher",
+    "dispatch_record_of",
 ]
 
 log = logging.getLogger("tooltrail.dispatcher")
@@ -103,6 +106,42 @@ class AuditLog(Protocol):
     async def write(self, record: DispatchRecord) -> None:
         """Store one record."""
         ...
+
+
+class NullAuditLog:
+    """Keeps nothing: each record travels with its dispatch's result instead (workers).
+
+    A worker's tool activity returns the record with the attempt's outcome and the workflow
+    writes it into the turn's SQL trail (spec §8); keeping a copy in memory too would only
+    grow with every call. A dispatch that raises carries its record on the exception
+    (``dispatch_record_of``).
+    """
+
+    async def write(self, record: DispatchRecord) -> None:
+        """Drop the record (it travels with the result)."""
+
+
+_RECORD_ATTRIBUTE = "_tooltrail_dispatch_record"
+
+
+def dispatch_record_of(exc: BaseException) -> DispatchRecord | None:
+    """The dispatch record of a dispatch that raised ``exc`` (or raised what caused it)."""
+    seen: BaseException | None = exc
+    for _ in range(3):  # the exception itself, or what a timeout or wrapper raised from it
+        if seen is None:
+            return None
+        record = getattr(seen, _RECORD_ATTRIBUTE, None)
+        if isinstance(record, DispatchRecord):
+            return record
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _attach(exc: BaseException, record: DispatchRecord | None) -> None:
+    # The record of a dispatch that raises still reaches the trail: it rides on the
+    # exception (exactly one row per dispatch past step 1, whatever the outcome: spec §8).
+    with contextlib.suppress(AttributeError, TypeError):  # an exception type with __slots__
+        setattr(exc, _RECORD_ATTRIBUTE, record)
 
 
 class InMemoryAuditLog:
@@ -253,6 +292,7 @@ class ToolDispatcher:
                 # Spec §5.2/§7: raised, not soft (the turn's core makes it a soft tool
                 # error); the body does not run, the store is untouched, one audit row.
                 await record.write("tool_error", text=f"{type(exc).__name__}: {exc}")
+                _attach(exc, record.last)
                 raise
         context = ctx or ToolContext(
             session_id=call_id,
@@ -271,6 +311,7 @@ class ToolDispatcher:
                 value = await body()
             except BaseException as exc:
                 await record.write("tool_error", text=f"{type(exc).__name__}: {exc}")
+                _attach(exc, record.last)
                 raise
             return await record.done("ok", value)
         record.key = key
@@ -287,9 +328,11 @@ class ToolDispatcher:
             )
         except CachedToolError as cached:
             await record.write("tool_error", text=str(cached), source=cached.source_call_id)
+            _attach(cached, record.last)
             raise
         except BaseException as exc:
             await record.write("tool_error", text=f"{type(exc).__name__}: {exc}")
+            _attach(exc, record.last)
             raise
         if outcome.status == "idempotency_busy":
             return await record.soft("idempotency_busy", outcome.text or "")

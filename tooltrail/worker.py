@@ -28,7 +28,7 @@ from tooltrail.converter import wire_data_converter
 from tooltrail.db.idempotency import SqlIdempotencyStore
 from tooltrail.db.migrate import check_schema, upgrade
 from tooltrail.db.store import AuditStore
-from tooltrail.dispatcher import ToolDispatcher
+from tooltrail.dispatcher import NullAuditLog, ToolDispatcher
 from tooltrail.errors import ConfigurationError
 from tooltrail.failures import CleanDatabaseErrors
 from tooltrail.host import Host
@@ -122,8 +122,14 @@ def build_worker(
             workflow cache default to the settings (``Settings.worker_options``).
     """
     scratch = scratch or ScratchDirs(host.scratch_base, enabled=host.managed_scratch)
+    # No in-memory dispatch log: each dispatch record travels with its attempt's result
+    # into the turn's SQL trail (one row per dispatch), so a worker keeps nothing per call.
     dispatcher = ToolDispatcher(
-        host.registry, store=SqlIdempotencyStore(store), access=host.access, scratch=scratch
+        host.registry,
+        store=SqlIdempotencyStore(store),
+        audit=NullAuditLog(),
+        access=host.access,
+        scratch=scratch,
     )
     # Identity and tools are fixed once the worker exists (spec: frozen registry and access).
     dispatcher.freeze()
