@@ -29,6 +29,7 @@ from tooltrail.envelopes import seal_outcome
 from tooltrail.hooks import PostToolUseContext, PreToolUseContext, run_post_hooks, run_pre_hooks
 from tooltrail.logs import call_context
 from tooltrail.middleware import (
+    BODY_DETAILS,
     BODY_STARTED,
     Middleware,
     MiddlewareCall,
@@ -104,6 +105,18 @@ async def heartbeating(*details: object, at_once: bool = True) -> AsyncIterator[
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def _started_marks(info: activity.Info) -> list[dict[str, Any]]:
+    """The attempts that started a body, as an earlier attempt's heartbeat details name them."""
+    for detail in info.heartbeat_details or ():
+        if isinstance(detail, dict) and isinstance(detail.get("started"), list):
+            return [
+                {"temporal_attempt": int(m["temporal_attempt"]), "worker": m.get("worker")}
+                for m in detail["started"]
+                if isinstance(m, dict) and isinstance(m.get("temporal_attempt"), int)
+            ]
+    return []
 
 
 class Recorder:
@@ -186,6 +199,7 @@ class ToolActivities:
         middleware: Sequence[Middleware] = (),
         breaker: CircuitBreaker | None = None,
         dispatcher: ToolDispatcher | None = None,
+        worker_identity: str = "",
     ) -> None:
         """Wire the registry, the audit recorder and the scratch directories.
 
@@ -201,6 +215,7 @@ class ToolActivities:
             breaker: the circuit breaker configuration, or ``None`` for no health registry.
             dispatcher: the worker's dispatcher (access gate, guardrails, idempotency);
                 default: one on ``registry`` with no gate and an in-memory store.
+            worker_identity: this worker's Temporal identity, named on attempt records.
         """
         self.registry = registry
         self.recorder = recorder
@@ -211,6 +226,7 @@ class ToolActivities:
         self.middleware = list(middleware)
         self.core = ToolCallMiddleware(dispatcher or ToolDispatcher(registry, audit=NullAuditLog()))
         self.health = None if breaker is None else (HealthStore(recorder.store), breaker)
+        self.worker_identity = worker_identity
 
     @activity.defn(name=TOOL_EXECUTE)
     async def execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
@@ -232,6 +248,8 @@ class ToolActivities:
             ) as span,
         ):
             outcome = await self._run(inp)
+            if isinstance(outcome, Ran):
+                self._account(outcome)
             match outcome:
                 case Ran() | ShadowServed():
                     span.finish(
@@ -254,6 +272,31 @@ class ToolActivities:
                 record_call(inp.tool_name, True, 0.0)
         # What the workflow knows goes back unsaid (the workflow's open_outcome restores it).
         return seal_outcome(outcome, inp)
+
+    def _account(self, outcome: Ran) -> None:
+        """Name the Temporal attempt and worker that ran the body, and the attempts lost.
+
+        Temporal retries an attempt whose worker was lost: attempts below this one started
+        and never reported. Those that heartbeat while their body ran named their worker in
+        the heartbeat details (``_body_details``); the others are lost with no worker known.
+        """
+        info = activity.info()
+        outcome.temporal_attempt = info.attempt
+        outcome.worker = self.worker_identity
+        if info.attempt <= 1:
+            return
+        started = {mark["temporal_attempt"]: mark["worker"] for mark in _started_marks(info)}
+        outcome.lost_attempts = [
+            {"temporal_attempt": number, "worker": started.get(number)}
+            for number in range(1, info.attempt)
+        ]
+
+    def _body_details(self) -> tuple[Any, ...]:
+        """Heartbeat details while the body runs: the attempts that started one, this one last."""
+        info = activity.info()
+        marks = [m for m in _started_marks(info) if m["temporal_attempt"] < info.attempt]
+        marks.append({"temporal_attempt": info.attempt, "worker": self.worker_identity})
+        return (BODY_STARTED, {"started": marks})
 
     async def _run(self, inp: ExecuteAttempt) -> _Answer:
         if self.hooks and not inp.skip_pre_hooks:
@@ -432,8 +475,14 @@ class ToolActivities:
         started_at = datetime.now(UTC)
         # Only a tool that must not run twice needs the "body started" mark before the body.
         at_once = tool is not None and not tool.retry_on_interrupt
-        async with heartbeating(BODY_STARTED, at_once=at_once):
-            result = await run_pipeline(self.middleware, self.core, call)
+        details = () if info.is_local else self._body_details()
+        token = BODY_DETAILS.set(details) if details else None
+        try:
+            async with heartbeating(*details, at_once=at_once):
+                result = await run_pipeline(self.middleware, self.core, call)
+        finally:
+            if token is not None:
+                BODY_DETAILS.reset(token)
         claimed = await self._claim_check(result.output, inp.large_output_bytes)
         return Ran(
             **claimed,

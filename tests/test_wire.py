@@ -339,6 +339,9 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
         "output_hash": None,
         "output_preview": None,
         "post_hook_errors": [],
+        "temporal_attempt": 1,
+        "worker": "",
+        "lost_attempts": [],
     },
     "ShadowServed": {
         "is_error": False,

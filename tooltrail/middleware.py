@@ -19,6 +19,7 @@ that, so no layer can break the call/result pairing.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import math
@@ -343,6 +344,12 @@ BODY_STARTED = "body-started"
 """Heartbeat detail while a tool body may be running; a retried attempt reads it back to
 tell a lost worker's interrupted body (``retry_on_interrupt=False``) from a clean retry."""
 
+BODY_DETAILS: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
+    "tooltrail_body_details", default=(BODY_STARTED,)
+)
+"""The heartbeat details of the running attempt's body (the tool activity sets them: after
+``BODY_STARTED``, the Temporal attempts that started a body and their workers)."""
+
 
 def _activity_heartbeat() -> Callable[[], None] | None:
     try:
@@ -351,8 +358,10 @@ def _activity_heartbeat() -> Callable[[], None] | None:
         return None
     if info.is_local:
         return None  # local activities have no heartbeats; their timeout bounds them
-    # Heartbeats replace the previous details: keep saying that the body has started.
-    return lambda: activity.heartbeat(BODY_STARTED)
+    # Heartbeats replace the previous details: keep saying that the body has started (and
+    # which attempts started one, so a retry can account for the lost ones).
+    details = BODY_DETAILS.get()
+    return lambda: activity.heartbeat(*details)
 
 
 # -- TimeoutMiddleware ---------------------------------------------------------------------

@@ -399,6 +399,13 @@ class Ran(_Result):
     """With ``output_ref``: the first characters of the output's text (for memory)."""
     post_hook_errors: list[str] = Field(default_factory=list)
     """Post-tool hooks that raised (logged and ignored)."""
+    temporal_attempt: int = 1
+    """Temporal's activity attempt that ran the body (above 1: earlier ones were lost)."""
+    worker: str = ""
+    """The identity of the worker that ran the body."""
+    lost_attempts: list[dict[str, Any]] = Field(default_factory=list)
+    """The Temporal attempts below ``temporal_attempt``, lost with their workers:
+    ``{"temporal_attempt": n, "worker": identity or None}`` (``None``: it never heartbeat)."""
 
 
 class ShadowServed(_Result):

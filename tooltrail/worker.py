@@ -148,6 +148,8 @@ def build_worker(
         middleware=host.middleware,
         breaker=host.circuit_breaker,
         dispatcher=dispatcher,
+        # The identity Temporal knows the worker by (the Worker's default is the client's).
+        worker_identity=str(worker_options.get("identity") or client.identity),
     )
     audit = AuditActivities(recorder)
     planner = TurnPlanner(host, store)

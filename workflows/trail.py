@@ -71,6 +71,8 @@ class Trail:
         tool: str | None = None,
         attempt: int | None = None,
         at: datetime | None = None,
+        temporal_attempt: int | None = None,
+        worker: str | None = None,
     ) -> AuditEvent:
         """Append the next event of the stream; return it."""
         event = AuditEvent(
@@ -81,6 +83,8 @@ class Trail:
             attempt=attempt,
             payload=payload,
             created_at=at or workflow.now(),
+            temporal_attempt=temporal_attempt,
+            worker=worker,
         )
         self._book.next_seq += 1
         self._book.events.append(event)
