@@ -17,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests import test_crash
 from tests.support import crash_tools
 from tests.support.cli_runner import run_cli
-from tooltrail import RunConfig, ToolCall, Tooltrail
+from tooltrail import Host, RunConfig, ToolCall, Tooltrail
 from tooltrail.db.store import AuditStore
 from tooltrail.worker import build_worker
 
@@ -74,3 +74,47 @@ async def test_an_attempt_lost_with_its_worker_is_visible(
             f"lost call c2 attempt 0: Temporal attempt 1 on worker {lost_worker} was lost; "
             f"attempt 2 on {client.identity} completed it"
         ) in " ".join(shown.stdout.split())
+
+
+async def test_a_kill_between_completion_and_audit_row_loses_nothing(
+    temporal_env: WorkflowEnvironment,
+    db_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Spec §5.5: the idempotency completion and the attempt's audit row commit together.
+    # The doomed worker dies right after `charge` completed its key (a post hook kills it);
+    # the survivor's retry must report the `ok` row of the attempt that charged.
+    monkeypatch.setenv("TOOLTRAIL_CRASH_DIR", str(tmp_path))
+    client = temporal_env.client
+    address = client.service_client.config.target_host
+    task_queue = f"complete-{uuid.uuid4()}"
+    store = AuditStore(db_url)
+    survivor = Host(crash_tools.idempotent_host.registry)
+    tt = Tooltrail(client, survivor, task_queue=task_queue, store=store)
+    try:
+        doomed = await test_crash.start_worker_process(address, task_queue, db_url, "idempotent")
+        handle = await tt.start_turn(
+            [ToolCall("c1", "charge", {"amount": 7})],
+            session_id="complete",
+            config=RunConfig(heartbeat_timeout_s=2),
+        )
+        assert await asyncio.wait_for(doomed.wait(), timeout=60) == -9
+        async with build_worker(client, survivor, task_queue=task_queue, store=store):
+            turn = await asyncio.wait_for(handle.result(), timeout=60)
+        events = await tt.audit(turn.turn_id)
+    finally:
+        await store.close()
+    assert turn.results[0].output == "charged 7"
+    assert crash_tools.runs("charge") == 1
+    posts = [e for e in events if e.kind == "tool_post"]
+    assert len(posts) == 1  # one dispatch, one row
+    row = posts[0].payload["dispatch"]
+    assert (row["status"], row["attempt"], row["value"], row["source_call_id"]) == (
+        "ok",
+        1,
+        "charged 7",
+        None,
+    )
+    assert row["idempotency_key"] and not row["lease_lost"]
+    assert posts[0].temporal_attempt == 2

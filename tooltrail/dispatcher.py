@@ -315,6 +315,15 @@ class ToolDispatcher:
                 raise
             return await record.done("ok", value)
         record.key = key
+        attempt_index = context.attempt
+
+        def audit_row(_value: Any) -> dict[str, Any]:
+            # Spec §5.5: this attempt's audit row commits with the completion (in the same
+            # row), so a worker lost right after it leaves the row for the retry to report.
+            # The value is the outcome's own: stored once, put back on adoption.
+            row = record.build("ok")
+            return {"attempt_index": attempt_index, "record": row.model_dump(mode="json")}
+
         try:
             outcome = await run_idempotent(
                 self.idempotency_store,
@@ -325,6 +334,7 @@ class ToolDispatcher:
                 attempt=attempt,
                 body=lambda: _normalized(body),
                 heartbeat=heartbeat,
+                audit_row=audit_row,
             )
         except CachedToolError as cached:
             await record.write("tool_error", text=str(cached), source=cached.source_call_id)
@@ -336,6 +346,17 @@ class ToolDispatcher:
             raise
         if outcome.status == "idempotency_busy":
             return await record.soft("idempotency_busy", outcome.text or "")
+        stored = outcome.audit
+        if (
+            outcome.status == "cache_hit"
+            and stored is not None
+            and outcome.source_call_id == call_id
+            and stored.get("attempt_index") == attempt_index
+        ):
+            # A Temporal retry of the attempt whose body ran (its worker was lost after the
+            # completion committed): the same attempt (pipeline spec §0), so its one row
+            # is the one stored with the completion, not a cache hit.
+            return await record.adopt(DispatchRecord.model_validate(stored["record"]), outcome)
         record.lease_lost = outcome.lease_lost
         return await record.done(
             outcome.status, _restore(outcome.value), source=outcome.source_call_id
@@ -349,6 +370,13 @@ async def _normalized(body: Callable[[], Any]) -> Any:
     if isinstance(value, ToolOutput):
         return {"__tooltrail_output__": value.model_dump(mode="json")}
     return to_jsonable_python(value)
+
+
+def _jsonable(value: Any) -> Any:
+    # The value as the audit row and the result carry it.
+    if isinstance(value, ToolOutput):
+        return value.model_dump(mode="json")
+    return to_jsonable_python(value, fallback=str)
 
 
 def _restore(value: Any) -> Any:
@@ -391,7 +419,19 @@ class _Record:
         value: Any = None,
         source: str | None = None,
     ) -> None:
-        record = DispatchRecord(
+        record = self.build(status, text=text, value=value, source=source)
+        await self.dispatcher.audit.write(record)
+        self.last = record
+
+    def build(
+        self,
+        status: DispatchStatus,
+        *,
+        text: str | None = None,
+        value: Any = None,
+        source: str | None = None,
+    ) -> DispatchRecord:
+        return DispatchRecord(
             call_id=self.call_id,
             attempt=self.attempt,
             tool_name=self.tool.name,
@@ -409,8 +449,21 @@ class _Record:
             started_at=self.started,
             finished_at=self.dispatcher._clock(),
         )
-        await self.dispatcher.audit.write(record)
-        self.last = record
+
+    async def adopt(self, stored: DispatchRecord, outcome: Any) -> DispatchResult:
+        """Report the row an earlier Temporal attempt of this attempt stored (spec §5.5)."""
+        value = _restore(outcome.value)
+        stored = stored.model_copy(update={"value": _jsonable(value)})
+        await self.dispatcher.audit.write(stored)
+        self.last = stored
+        return DispatchResult(
+            status=stored.status,
+            is_error=to_output(value).is_error,
+            value=_jsonable(value),
+            idempotency_key=self.key,
+            output=to_output(value),
+            record=stored,
+        )
 
     async def soft(self, status: DispatchStatus, text: str) -> DispatchResult:
         await self.write(status, text=text)
@@ -427,11 +480,7 @@ class _Record:
         self, status: DispatchStatus, value: Any, *, source: str | None = None
     ) -> DispatchResult:
         output = to_output(value)
-        jsonable = (
-            value.model_dump(mode="json")
-            if isinstance(value, ToolOutput)
-            else to_jsonable_python(value, fallback=str)
-        )
+        jsonable = _jsonable(value)
         await self.write(status, value=jsonable, source=source)
         return DispatchResult(
             status=status,
