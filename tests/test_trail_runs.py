@@ -7,6 +7,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sqlalchemy import text
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
@@ -142,6 +143,7 @@ async def test_a_reset_turn_shows_its_new_run_and_keeps_the_old_one(
         every = await tt.audit(turn.turn_id, all_runs=True)
         runs = await tt.runs(turn.turn_id)
         row = await tt.store.turn(turn.turn_id)
+        chains = await tt.store.chain_problems(turn.turn_id)
     assert turn.results[0].output == "v1:x"
     assert again.results[0].output == "v2:x"
 
@@ -159,6 +161,8 @@ async def test_a_reset_turn_shows_its_new_run_and_keeps_the_old_one(
         (new_run, first_run, True),
     ]
     assert row is not None and (row.run_id, row.status) == (new_run, "completed")
+    # Both runs' hash chains hold over real records, as the database returns them.
+    assert chains == {first_run: [], new_run: []}
     return turn.turn_id, first_run, new_run
 
 
@@ -188,3 +192,63 @@ async def test_audit_show_says_where_a_reset_run_branched(
     branch = data["runs"][1]["branch_seq"]
     tool_post = next(e["seq"] for e in data["events"] if e["kind"] == "tool_post")
     assert 0 <= branch <= tool_post
+
+
+# -- the hash chain of a run -----------------------------------------------------------------
+
+
+async def _chained_turn(store: AuditStore, turn_id: str) -> list[AuditEvent]:
+    # Three batches, as a turn writes them: the chain runs across them.
+    await store.write_flush(run_flush(turn_id, "run-a", range(0, 2)))
+    await store.write_flush(run_flush(turn_id, "run-a", range(2, 4)))
+    await store.write_flush(run_flush(turn_id, "run-a", range(4, 5), status="completed"))
+    return await store.events(turn_id)
+
+
+async def _tamper(store: AuditStore, statements: str, turn_id: str) -> None:
+    async with store.sessions.begin() as session:
+        for statement in statements.split(";"):
+            await session.execute(text(statement), {"turn_id": turn_id})
+
+
+async def test_the_chain_holds_and_breaks_where_the_trail_was_changed(db_url: str) -> None:
+    store = AuditStore(db_url)
+    stamp = datetime.now(UTC).timestamp()
+    cases = {
+        "edited": "UPDATE audit_event SET tool_name = 'x' WHERE turn_id = :turn_id AND seq = 2",
+        "deleted": "DELETE FROM audit_event WHERE turn_id = :turn_id AND seq = 1",
+        # Swapped in three steps (SQLite checks uniqueness row by row).
+        "reordered": "UPDATE audit_event SET seq = 100 WHERE turn_id = :turn_id AND seq = 1;"
+        "UPDATE audit_event SET seq = 1 WHERE turn_id = :turn_id AND seq = 3;"
+        "UPDATE audit_event SET seq = 3 WHERE turn_id = :turn_id AND seq = 100",
+        "truncated": "DELETE FROM audit_event WHERE turn_id = :turn_id AND seq = 4",
+    }
+    found: dict[str, dict[str, list[str]]] = {}
+    try:
+        clean = await _chained_turn(store, f"chain-clean-{stamp}")
+        head = clean[-1].digest
+        assert head is not None
+        found["clean"] = await store.chain_problems(f"chain-clean-{stamp}", heads={"run-a": head})
+        for case, statement in cases.items():
+            turn_id = f"chain-{case}-{stamp}"
+            events = await _chained_turn(store, turn_id)
+            await _tamper(store, statement, turn_id)
+            found[case] = await store.chain_problems(turn_id)
+            if case == "truncated":
+                found["truncated, head known"] = await store.chain_problems(
+                    turn_id, heads={"run-a": events[-1].digest or ""}
+                )
+    finally:
+        await store.close()
+    assert all(e.digest and len(e.digest) == 64 for e in clean)
+    assert found["clean"] == {"run-a": []}
+    assert found["edited"]["run-a"] == [
+        "seq 2 (tool_post) does not match its digest: it was changed, or a record before it was"
+    ]
+    assert found["deleted"]["run-a"] == ["seq 1 is missing (the next record is seq 2)"]
+    assert found["reordered"]["run-a"][0].startswith("seq 1 (tool_post) does not match")
+    # Without the head kept elsewhere, a chain cut at its end still holds; with it, not.
+    assert found["truncated"] == {"run-a": []}
+    assert found["truncated, head known"]["run-a"] == [
+        "the chain's last record is not its head: records were cut off or added at its end"
+    ]

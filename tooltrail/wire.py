@@ -133,6 +133,9 @@ class AuditEvent(BaseModel):
     below it were lost with their workers (``payload["lost_attempts"]`` names them)."""
     worker: str | None = None
     """For attempt records: the identity of the worker that ran that attempt."""
+    digest: str | None = None
+    """The hash chain's digest of the record (its content and its run's previous record's
+    digest, ``tooltrail.chain``); set when stored."""
 
 
 class MemoryEntry(BaseModel):

@@ -3,7 +3,7 @@
 A reset or any new run of a turn's workflow id writes its own branch of the trail, so the
 records are unique per (turn, run, seq) instead of (turn, seq). Rows written before this
 revision keep an empty run id (their own branch). Attempt records also name Temporal's
-activity attempt and the worker that ran it.
+activity attempt and the worker that ran it, and every record its run's hash chain digest.
 
 Revision ID: f796bcc3b7d8
 Revises: 6a8bc39d29dc
@@ -28,6 +28,7 @@ def upgrade() -> None:
         )
         batch_op.add_column(sa.Column("temporal_attempt", sa.Integer(), nullable=True))
         batch_op.add_column(sa.Column("worker", sa.String(length=255), nullable=True))
+        batch_op.add_column(sa.Column("digest", sa.String(length=64), nullable=True))
         batch_op.drop_constraint(batch_op.f("uq_audit_event_turn_id_seq"), type_="unique")
         batch_op.create_unique_constraint(
             batch_op.f("uq_audit_event_turn_id_run_id_seq"), ["turn_id", "run_id", "seq"]
@@ -66,6 +67,7 @@ def downgrade() -> None:
         batch_op.create_unique_constraint(
             batch_op.f("uq_audit_event_turn_id_seq"), ["turn_id", "seq"]
         )
+        batch_op.drop_column("digest")
         batch_op.drop_column("worker")
         batch_op.drop_column("temporal_attempt")
         batch_op.drop_column("run_id")

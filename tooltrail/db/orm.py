@@ -120,6 +120,8 @@ class AuditEventRow(Base):
     """Temporal's activity attempt (from 1) that ran the body, for attempt records."""
     worker: Mapped[str | None] = mapped_column(String(255))
     """The identity of the worker that ran that attempt, for attempt records."""
+    digest: Mapped[str | None] = mapped_column(String(64))
+    """The run's hash chain at this record (``tooltrail.chain``)."""
     payload: Mapped[dict[str, Any]] = mapped_column(JsonType)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 

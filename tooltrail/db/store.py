@@ -18,6 +18,7 @@ from sqlalchemy import Select, and_, bindparam, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from tooltrail.chain import GENESIS, chain_digests, verify_chain
 from tooltrail.db.engine import create_engine, session_factory
 from tooltrail.db.orm import (
     AuditEventRow,
@@ -183,13 +184,27 @@ async def load_session_state(session: AsyncSession, *, session_id: str) -> Sessi
 async def record_events(
     session: AsyncSession, *, turn_id: str, events: Sequence[AuditEvent], run_id: str = ""
 ) -> None:
-    """Insert events of a run; those already stored under (turn, run, seq) are left alone."""
+    """Insert events of a run; those already stored under (turn, run, seq) are left alone.
+
+    Each record gets its run's hash chain digest (``tooltrail.chain``); a batch that does not
+    start the run reads its predecessor's digest first (one read per batch, not per call).
+    """
     if not events:
         return
     rows = [{"turn_id": turn_id, **event.model_dump(mode="json")} for event in events]
     for row, event in zip(rows, events, strict=True):
         row["created_at"] = event.created_at
         row["run_id"] = event.run_id or run_id
+    previous = await _previous_digest(session, turn_id=turn_id, row=rows[0])
+    prior_seq = rows[0]["seq"] - 1
+    for row, event in zip(rows, events, strict=True):
+        stored = event.model_copy(update={"payload": row["payload"], "digest": None})
+        if previous is None or row["seq"] != prior_seq + 1:
+            previous = None  # not consecutive: no chain can be computed for these
+        else:
+            (previous,) = chain_digests(previous, [stored], row["run_id"])
+        row["digest"] = previous
+        prior_seq = row["seq"]
     stmt = _prepared(
         session,
         "events",
@@ -198,6 +213,24 @@ async def record_events(
         ),
     )
     await session.execute(stmt, rows)
+
+
+async def _previous_digest(
+    session: AsyncSession, *, turn_id: str, row: dict[str, Any]
+) -> str | None:
+    """The digest of the record before ``row`` in its run (``GENESIS`` before seq 0)."""
+    if row["seq"] == 0:
+        return GENESIS
+    table = AuditEventRow.__table__
+    found = await session.execute(
+        select(table.c.digest).where(
+            table.c.turn_id == turn_id,
+            table.c.run_id == row["run_id"],
+            table.c.seq == row["seq"] - 1,
+        )
+    )
+    digest = found.scalar_one_or_none()
+    return None if digest is None else str(digest)
 
 
 async def _write_records(session: AsyncSession, flush: Flush) -> None:
@@ -417,6 +450,25 @@ class AuditStore:
             if ref in blobs:
                 event.payload["output"] = blobs[ref]
         return events
+
+    async def chain_problems(
+        self, turn_id: str, *, heads: dict[str, str] | None = None
+    ) -> dict[str, list[str]]:
+        """Recompute the hash chain of each run of a turn; return the problems by run id.
+
+        Args:
+            turn_id: the turn.
+            heads: known head digests by run id (kept outside the database), if any.
+        """
+        events = await self.events(turn_id, all_runs=True)
+        by_run: dict[str, list[AuditEvent]] = {}
+        for event in events:
+            by_run.setdefault(event.run_id or "", []).append(event)
+        known = heads or {}
+        return {
+            run_id: verify_chain(records, head=known.get(run_id))
+            for run_id, records in by_run.items()
+        }
 
     async def runs(self, turn_id: str) -> list[TurnRun]:
         """Return the Temporal runs of a turn that wrote records, in the order they did."""
