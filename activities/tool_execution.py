@@ -157,13 +157,17 @@ class Recorder:
             flush: the records, or ``None``.
             must_persist: raise instead of returning False (so Temporal retries the write).
         """
+        return (await self.write_chained(flush, must_persist=must_persist)) is not False
+
+    async def write_chained(self, flush: Flush | None, *, must_persist: bool = False) -> bool | str:
+        """As ``write``, but a write of events returns its run's hash chain head so far."""
         if flush is None:
             return True
         if self.redactors:
             flush = self._redacted(flush)
-        written = True
+        written: bool | str = True
         try:
-            await self.store.write_flush(flush)
+            written = await self.store.write_flush(flush) or True
         except Exception:
             if must_persist:
                 raise

@@ -143,7 +143,20 @@ async def test_a_reset_turn_shows_its_new_run_and_keeps_the_old_one(
         every = await tt.audit(turn.turn_id, all_runs=True)
         runs = await tt.runs(turn.turn_id)
         row = await tt.store.turn(turn.turn_id)
-        chains = await tt.store.chain_problems(turn.turn_id)
+        heads = {first_run: turn.trail_head, new_run: again.trail_head}
+        chains = await tt.store.chain_problems(turn.turn_id, heads=heads)
+        # Cut the new run's last record: its chain still holds, its anchor in Temporal's
+        # history (the workflow result) does not.
+        async with tt.store.sessions.begin() as session:
+            await session.execute(
+                text(
+                    "DELETE FROM audit_event WHERE turn_id = :t AND run_id = :r AND seq = "
+                    "(SELECT MAX(seq) FROM audit_event WHERE turn_id = :t AND run_id = :r)"
+                ),
+                {"t": turn.turn_id, "r": new_run},
+            )
+        cut = await tt.store.chain_problems(turn.turn_id, heads=heads)
+        unanchored = await tt.store.chain_problems(turn.turn_id)
     assert turn.results[0].output == "v1:x"
     assert again.results[0].output == "v2:x"
 
@@ -161,8 +174,15 @@ async def test_a_reset_turn_shows_its_new_run_and_keeps_the_old_one(
         (new_run, first_run, True),
     ]
     assert row is not None and (row.run_id, row.status) == (new_run, "completed")
-    # Both runs' hash chains hold over real records, as the database returns them.
+    # Both runs' hash chains hold over real records, as the database returns them, and end
+    # at the heads their workflow results carry.
+    assert len(turn.trail_head) == len(again.trail_head) == 64
+    assert turn.trail_head != again.trail_head
     assert chains == {first_run: [], new_run: []}
+    assert cut[first_run] == [] and unanchored == {first_run: [], new_run: []}
+    assert cut[new_run] == [
+        "the chain's last record is not its head: records were cut off or added at its end"
+    ]
     return turn.turn_id, first_run, new_run
 
 

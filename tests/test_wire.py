@@ -314,7 +314,7 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
         "memo": None,
         "memo_paths": {},
     },
-    "TurnOutput": {"assistant": None, "usage": None, "stop_reason": None},
+    "TurnOutput": {"assistant": None, "usage": None, "stop_reason": None, "trail_head": ""},
     "ToolDispatchResult": {"display_hint": None, "output_ref": None},
     "ExecuteAttempt": {
         "turn_id": "",

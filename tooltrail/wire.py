@@ -337,6 +337,9 @@ class TurnOutput(BaseModel):
     """With a model phase: the tokens the model call spent."""
     stop_reason: str | None = None
     """With a model phase: why the model stopped (``ModelResponse.stop_reason``)."""
+    trail_head: str = ""
+    """The hash chain digest of the run's last audit record (``tooltrail.chain``), kept in
+    Temporal's history where the database cannot rewrite it; empty when none is known."""
 
 
 class ExecuteAttempt(BaseModel):

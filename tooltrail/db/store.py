@@ -183,14 +183,15 @@ async def load_session_state(session: AsyncSession, *, session_id: str) -> Sessi
 
 async def record_events(
     session: AsyncSession, *, turn_id: str, events: Sequence[AuditEvent], run_id: str = ""
-) -> None:
+) -> str | None:
     """Insert events of a run; those already stored under (turn, run, seq) are left alone.
 
     Each record gets its run's hash chain digest (``tooltrail.chain``); a batch that does not
     start the run reads its predecessor's digest first (one read per batch, not per call).
+    Returns the last record's digest (the run's head so far), or ``None``.
     """
     if not events:
-        return
+        return None
     rows = [{"turn_id": turn_id, **event.model_dump(mode="json")} for event in events]
     for row, event in zip(rows, events, strict=True):
         row["created_at"] = event.created_at
@@ -213,6 +214,7 @@ async def record_events(
         ),
     )
     await session.execute(stmt, rows)
+    return previous
 
 
 async def _previous_digest(
@@ -233,11 +235,13 @@ async def _previous_digest(
     return None if digest is None else str(digest)
 
 
-async def _write_records(session: AsyncSession, flush: Flush) -> None:
+async def _write_records(session: AsyncSession, flush: Flush) -> str | None:
     """A flush's audit part: turn row, events, session state, conversation (not memory)."""
     if flush.turn is not None:
         await record_turn(session, turn=flush.turn, run_id=flush.run_id)
-    await record_events(session, turn_id=flush.turn_id, events=flush.events, run_id=flush.run_id)
+    head = await record_events(
+        session, turn_id=flush.turn_id, events=flush.events, run_id=flush.run_id
+    )
     if flush.session is not None:
         await record_session_state(
             session, session_id=flush.session_id, turn_id=flush.turn_id, state=flush.session
@@ -250,6 +254,7 @@ async def _write_records(session: AsyncSession, flush: Flush) -> None:
             start_seq=flush.conversation.start_seq,
             messages=flush.conversation.messages,
         )
+    return head
 
 
 async def record_memory(session: AsyncSession, *, entries: Sequence[MemoryEntry]) -> None:
@@ -390,12 +395,15 @@ class AuditStore:
         self.engine: AsyncEngine = create_engine(url, **engine_kwargs)
         self.sessions: async_sessionmaker[AsyncSession] = session_factory(self.engine)
 
-    async def write_flush(self, flush: Flush) -> None:
+    async def write_flush(self, flush: Flush) -> str | None:
         """Write a flush: turn row, events, session state, conversation and memory.
 
         One transaction holds them all (a commit fewer per batch); when it fails and the flush
         has memory, the records are written on their own and the memory after them, so a
         memory failure never costs the audit trail its write.
+
+        Returns:
+            The digest of the flush's last event (its run's hash chain head so far), if any.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the turn row or the events could not be written.
@@ -405,15 +413,16 @@ class AuditStore:
         if flush.memory:
             try:
                 async with self.sessions.begin() as session:
-                    await _write_records(session, flush)
+                    head = await _write_records(session, flush)
                     await record_memory(session, entries=flush.memory)
-                return
+                return head
             except Exception:
                 log.debug(
                     "flush of turn %r failed in one transaction; writing its parts apart",
                     flush.turn_id,
                     exc_info=True,
                 )
+        head = None
         if (
             flush.turn is not None
             or flush.events
@@ -421,7 +430,7 @@ class AuditStore:
             or flush.conversation is not None
         ):
             async with self.sessions.begin() as session:
-                await _write_records(session, flush)
+                head = await _write_records(session, flush)
         if flush.memory:
             try:
                 async with self.sessions.begin() as session:
@@ -433,6 +442,7 @@ class AuditStore:
                     flush.turn_id,
                     exc_info=True,
                 )
+        return head
 
     async def session_state(self, session_id: str) -> SessionState:
         """Return the state the session's last turn saved (or a fresh one)."""
