@@ -19,13 +19,21 @@ class AuditActivities:
         self.recorder = recorder
 
     @activity.defn(name=AUDIT_RECORD)
-    async def record(self, inp: RecordTurn) -> bool:
+    async def record(self, inp: RecordTurn) -> bool | str:
         """Write the records; return whether they were written.
+
+        A write of events returns the digest of the last instead of ``True``: the run's hash
+        chain head so far, which the workflow keeps as the anchor its result carries.
 
         With ``must_persist`` (the end of a turn) a database error propagates, so Temporal
         retries the write; otherwise it is logged and the workflow sends the records again.
         """
-        return await self.recorder.write(inp.flush, must_persist=inp.must_persist)
+        flush = inp.flush
+        if not flush.run_id:
+            # The run writes its own branch of the trail (a reset's run never overwrites the
+            # records of the run it branched from); the workflow leaves it out of its input.
+            flush = flush.model_copy(update={"run_id": activity.info().workflow_run_id or ""})
+        return await self.recorder.write_chained(flush, must_persist=inp.must_persist)
 
 
 class SessionActivities:

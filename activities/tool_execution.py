@@ -25,7 +25,7 @@ from tooltrail.activities.body_journal import AttemptJournal, read_journal, unti
 from tooltrail.breaker import CircuitBreaker
 from tooltrail.db.health import HealthStore
 from tooltrail.db.store import AuditStore
-from tooltrail.dispatcher import ToolDispatcher
+from tooltrail.dispatcher import NullAuditLog, ToolDispatcher
 from tooltrail.envelopes import seal_outcome
 from tooltrail.heartbeats import BODY_STARTED, attempt_details, current_details
 from tooltrail.hooks import PostToolUseContext, PreToolUseContext, run_post_hooks, run_pre_hooks
@@ -186,6 +186,18 @@ def reached_body(outcome: Ran) -> bool:
     return status not in REFUSED_BEFORE_BODY
 
 
+def _started_marks(info: activity.Info) -> list[dict[str, Any]]:
+    """The attempts that started a body, as an earlier attempt's heartbeat details name them."""
+    for detail in info.heartbeat_details or ():
+        if isinstance(detail, dict) and isinstance(detail.get("started"), list):
+            return [
+                {"temporal_attempt": int(m["temporal_attempt"]), "worker": m.get("worker")}
+                for m in detail["started"]
+                if isinstance(m, dict) and isinstance(m.get("temporal_attempt"), int)
+            ]
+    return []
+
+
 class Recorder:
     """Writes the workflow's pending records and hands the events to the host's observers."""
 
@@ -224,13 +236,17 @@ class Recorder:
             flush: the records, or ``None``.
             must_persist: raise instead of returning False (so Temporal retries the write).
         """
+        return (await self.write_chained(flush, must_persist=must_persist)) is not False
+
+    async def write_chained(self, flush: Flush | None, *, must_persist: bool = False) -> bool | str:
+        """As ``write``, but a write of events returns its run's hash chain head so far."""
         if flush is None:
             return True
         if self.redactors:
             flush = self._redacted(flush)
-        written = True
+        written: bool | str = True
         try:
-            await self.store.write_flush(flush)
+            written = await self.store.write_flush(flush) or True
         except Exception:
             if must_persist:
                 raise
@@ -266,6 +282,7 @@ class ToolActivities:
         middleware: Sequence[Middleware] = (),
         breaker: CircuitBreaker | None = None,
         dispatcher: ToolDispatcher | None = None,
+        worker_identity: str = "",
     ) -> None:
         """Wire the registry, the audit recorder and the scratch directories.
 
@@ -281,6 +298,7 @@ class ToolActivities:
             breaker: the circuit breaker configuration, or ``None`` for no health registry.
             dispatcher: the worker's dispatcher (access gate, guardrails, idempotency);
                 default: one on ``registry`` with no gate and an in-memory store.
+            worker_identity: this worker's Temporal identity, named on attempt records.
         """
         self.registry = registry
         self.recorder = recorder
@@ -289,8 +307,9 @@ class ToolActivities:
         self.hooks = list(hooks)
         self.hook_timeout_s = hook_timeout_s
         self.middleware = list(middleware)
-        self.core = ToolCallMiddleware(dispatcher or ToolDispatcher(registry))
+        self.core = ToolCallMiddleware(dispatcher or ToolDispatcher(registry, audit=NullAuditLog()))
         self.health = None if breaker is None else (HealthStore(recorder.store), breaker)
+        self.worker_identity = worker_identity
 
     @activity.defn(name=TOOL_EXECUTE)
     async def execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
@@ -339,6 +358,31 @@ class ToolActivities:
         # What the workflow knows goes back unsaid (the workflow's open_outcome restores it).
         return seal_outcome(outcome, inp)
 
+    def _account(self, outcome: Ran) -> None:
+        """Name the Temporal attempt and worker that ran the body, and the attempts lost.
+
+        Temporal retries an attempt whose worker was lost: attempts below this one started
+        and never reported. Those that heartbeat while their body ran named their worker in
+        the heartbeat details (``_body_details``); the others are lost with no worker known.
+        """
+        info = activity.info()
+        outcome.temporal_attempt = info.attempt
+        outcome.worker = self.worker_identity
+        if info.attempt <= 1:
+            return
+        started = {mark["temporal_attempt"]: mark["worker"] for mark in _started_marks(info)}
+        outcome.lost_attempts = [
+            {"temporal_attempt": number, "worker": started.get(number)}
+            for number in range(1, info.attempt)
+        ]
+
+    def _started_list(self) -> list[dict[str, Any]]:
+        """The attempts that started a body, this one last (the ``started`` heartbeat mark)."""
+        info = activity.info()
+        marks = [m for m in _started_marks(info) if m["temporal_attempt"] < info.attempt]
+        marks.append({"temporal_attempt": info.attempt, "worker": self.worker_identity})
+        return marks
+
     async def _run(self, inp: ExecuteAttempt, journal: AttemptJournal) -> _Answer:
         adopted = None if (inp.hooks_only or inp.shadow) else journal.ran
         if adopted is None:
@@ -346,6 +390,7 @@ class ToolActivities:
             if before is not None:
                 return before
             ran = await self._attempt(inp)
+            self._account(ran)
             # Journaled before anything is written after the body: whatever fails from here
             # on, a Temporal retry adopts this result instead of running the body again.
             journal.record_ran(ran)
@@ -587,6 +632,10 @@ class ToolActivities:
         details = current_details()
         if details is not None:
             details.body_started = True
+            if not info.is_local:
+                # Which attempts started a body and on which worker, so a retry can account
+                # for the lost ones (``_account``); kept with the attempt's other marks.
+                details.marks["started"] = self._started_list()
         async with heartbeating(at_once=at_once):
             result = await run_pipeline(layers, self.core, call)
         return Ran(

@@ -1,4 +1,4 @@
-"""Every benchmark in one run: overhead, parallel, scale, throughput, audit, peer.
+"""Every benchmark in one run: overhead, parallel, scale, throughput, audit, memory, peer.
 
 Run: ``python -m bench.all`` (``make bench``), or ``python -m bench.all scale audit`` for
 some of them. Each prints its table and writes ``bench/results/<name>.json``; one that fails
@@ -13,7 +13,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable
 
-from bench import audit, overhead, parallel, peer, scale, throughput
+from bench import audit, memory, overhead, parallel, peer, scale, throughput
 from bench.common import console
 
 BENCHMARKS: dict[str, Callable[[], Awaitable[None]]] = {
@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, Callable[[], Awaitable[None]]] = {
     "scale": scale.main,
     "throughput": throughput.main,
     "audit": audit.main,
+    "memory": memory.main,
     "peer": peer.main,
 }
 

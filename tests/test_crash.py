@@ -240,11 +240,17 @@ async def test_crash_after_an_idempotent_outcome_committed(
     assert turn.results[0].output == "charged 5"
     assert crash_tools.runs("charge") == 1, "the side effect happened once"
     post = next(e for e in events if e.kind == "tool_post")
+    # Spec §5.5: the row of the attempt that did the side effect committed with its
+    # completion, so the kill between them lost nothing: the retry (the same attempt, on
+    # Temporal's attempt 2) reports that row, not a cache hit of its own.
     assert (post.payload["dispatch"]["status"], post.payload["dispatch"]["source_call_id"]) == (
-        "cache_hit",
-        "c1",
+        "ok",
+        None,
     )
-    assert post.payload["dispatch"]["attempt"] == 2
+    assert post.payload["dispatch"]["attempt"] == 1
+    assert post.payload["dispatch"]["value"] == "charged 5"
+    assert post.temporal_attempt == 2
+    assert [lost["temporal_attempt"] for lost in post.payload["lost_attempts"]] == [1]
 
 
 async def agent_run_around_a_killer(

@@ -314,7 +314,7 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
         "memo": None,
         "memo_paths": {},
     },
-    "TurnOutput": {"assistant": None, "usage": None, "stop_reason": None},
+    "TurnOutput": {"assistant": None, "usage": None, "stop_reason": None, "trail_head": ""},
     "ToolDispatchResult": {"display_hint": None, "output_ref": None},
     "ExecuteAttempt": {
         "turn_id": "",
@@ -343,6 +343,9 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
         "post_hook_errors": [],
         "memo_served": False,
         "memo_seen": None,
+        "temporal_attempt": 1,
+        "worker": "",
+        "lost_attempts": [],
     },
     "ShadowServed": {
         "is_error": False,
@@ -361,6 +364,7 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
         "memory": [],
         "session": None,
         "conversation": None,
+        "run_id": "",
     },
 }
 

@@ -647,26 +647,42 @@ def _list_stuck(temporal_address: str | None, limit: int, json_output: bool) -> 
 def audit_show(
     turn_id: Annotated[str, typer.Argument(help="The turn id.")],
     full: Annotated[bool, typer.Option("--full", help="Show complete inputs and outputs.")] = False,
+    all_runs: Annotated[
+        bool,
+        typer.Option("--all-runs", help="Every Temporal run's records (a reset makes a new run)."),
+    ] = False,
     database_url: DatabaseOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Show one turn's audit trail as a timeline."""
+    """Show one turn's audit trail as a timeline (its latest Temporal run, or every run)."""
 
-    async def read(store: Any) -> tuple[Any, list[Any]]:
-        return await store.turn(turn_id), await store.events(turn_id)
+    async def read(store: Any) -> tuple[Any, list[Any], list[Any]]:
+        return (
+            await store.turn(turn_id),
+            await store.events(turn_id, all_runs=True),
+            await store.runs(turn_id),
+        )
 
-    turn, events = _run(_with_store(_database_url(database_url), read))
-    if turn is None and not events:
+    turn, every, runs = _run(_with_store(_database_url(database_url), read))
+    if turn is None and not every:
         raise _fail(
             f"no turn {turn_id!r} in the audit database; `tooltrail audit list` shows recent "
             "turns (and --database-url picks the database)"
         )
+    by_run: dict[str, list[Any]] = {}
+    for event in every:
+        by_run.setdefault(event.run_id or "", []).append(event)
+    latest = "" if turn is None else turn.run_id
+    shown = [r for r in runs if all_runs or r.run_id == latest]
     if json_output:
         print_json(
             console,
             {
                 "turn": None if turn is None else turn.model_dump(mode="json"),
-                "events": [event.model_dump(mode="json") for event in events],
+                "runs": [_run_json(run, by_run) for run in shown],
+                "events": [
+                    e.model_dump(mode="json") for run in shown for e in by_run.get(run.run_id, [])
+                ],
             },
         )
         return
@@ -678,13 +694,60 @@ def audit_show(
             + Text(f"  error: {turn.error}" if turn.error else ""),
             soft_wrap=True,
         )
-    print_table(console, timeline_table(events, full=full))
-    end = next((e for e in reversed(events) if e.kind == "turn_end"), None)
-    if end is not None and end.payload.get("results"):
-        from tooltrail.results import ToolDispatchResult
+    for run in shown or [None]:
+        events = by_run.get(latest if run is None else run.run_id, [])
+        if run is not None and (len(runs) > 1 or run.run_id):
+            console.print(_run_line(run, by_run), soft_wrap=True)
+        print_table(console, timeline_table(events, full=full))
+        _print_lost_attempts(events)
+        end = next((e for e in reversed(events) if e.kind == "turn_end"), None)
+        if end is not None and end.payload.get("results"):
+            from tooltrail.results import ToolDispatchResult
 
-        results = [ToolDispatchResult.model_validate(r) for r in end.payload["results"]]
-        print_table(console, results_table(results, title="Results returned to the model"))
+            results = [ToolDispatchResult.model_validate(r) for r in end.payload["results"]]
+            print_table(console, results_table(results, title="Results returned to the model"))
+
+
+def _branch(run: Any, by_run: dict[str, list[Any]]) -> int | None:
+    from tooltrail.runs import branch_point
+
+    if run.branched_from is None:
+        return None
+    return branch_point(by_run.get(run.branched_from, []), by_run.get(run.run_id, []))
+
+
+def _run_json(run: Any, by_run: dict[str, list[Any]]) -> dict[str, Any]:
+    return {**run.model_dump(mode="json"), "branch_seq": _branch(run, by_run)}
+
+
+def _run_line(run: Any, by_run: dict[str, list[Any]]) -> Text:
+    line = Text("run ") + Text(run.run_id or "(no run id)", style="bold")
+    line += Text(" (latest)" if run.latest else " (earlier run)")
+    seq = _branch(run, by_run)
+    if seq is not None:
+        line += Text(
+            f"  branched from run {run.branched_from} at seq {seq}: "
+            f"records before seq {seq} are the same in both runs"
+        )
+    return line
+
+
+def _print_lost_attempts(events: list[Any]) -> None:
+    """Say which Temporal attempts of a call were lost with their workers."""
+    for event in events:
+        lost = event.payload.get("lost_attempts") if event.kind == "tool_post" else None
+        if not lost:
+            continue
+        for item in lost:
+            console.print(
+                Text("lost ", style="red")
+                + Text(
+                    f"call {event.tool_call_id} attempt {event.attempt}: Temporal attempt "
+                    f"{item.get('temporal_attempt')} on worker {item.get('worker') or 'unknown'} "
+                    f"was lost; attempt {event.temporal_attempt} on {event.worker} completed it"
+                ),
+                soft_wrap=True,
+            )
 
 
 @audit_app.command("reconcile")

@@ -86,6 +86,7 @@ from tooltrail.wire import (
     ShadowPlan,
     TurnInput,
     TurnOutput,
+    TurnRun,
     WorkerCatalog,
 )
 from tooltrail.worker import build_worker, open_deployment, settings_client_options
@@ -891,9 +892,20 @@ class Tooltrail:
         """
         return await self.store.acknowledge_loop_warning(session_id, pattern)
 
-    async def audit(self, turn_id: str) -> list[AuditEvent]:
-        """Return a turn's audit trail, ordered by ``seq``."""
-        return await self.store.events(turn_id)
+    async def audit(self, turn_id: str, *, all_runs: bool = False) -> list[AuditEvent]:
+        """Return a turn's audit trail, ordered by ``seq``.
+
+        Args:
+            turn_id: the turn.
+            all_runs: every Temporal run's records (a reset makes a new run), each run's
+                ordered by ``seq``, the runs in the order they wrote; by default only the
+                run the turn's workflow id ended with (the latest).
+        """
+        return await self.store.events(turn_id, all_runs=all_runs)
+
+    async def runs(self, turn_id: str) -> list[TurnRun]:
+        """Return the Temporal runs of a turn that wrote records, oldest first."""
+        return await self.store.runs(turn_id)
 
     async def reconcile(self, since: datetime | None = None) -> ReconcileReport:
         """Give turns that ended outside tooltrail their true status; return what changed.

@@ -9,6 +9,7 @@ middleware pipeline); used on its own it is the spec's ``ToolDispatcher``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 from collections.abc import Callable, Mapping
@@ -46,7 +47,9 @@ __all__ = [
     "DispatchResult",
     "DispatchStatus",
     "InMemoryAuditLog",
+    "NullAuditLog",
     "ToolDispatcher",
+    "dispatch_record_of",
 ]
 
 log = logging.getLogger("tooltrail.dispatcher")
@@ -103,6 +106,42 @@ class AuditLog(Protocol):
     async def write(self, record: DispatchRecord) -> None:
         """Store one record."""
         ...
+
+
+class NullAuditLog:
+    """Keeps nothing: each record travels with its dispatch's result instead (workers).
+
+    A worker's tool activity returns the record with the attempt's outcome and the workflow
+    writes it into the turn's SQL trail (spec §8); keeping a copy in memory too would only
+    grow with every call. A dispatch that raises carries its record on the exception
+    (``dispatch_record_of``).
+    """
+
+    async def write(self, record: DispatchRecord) -> None:
+        """Drop the record (it travels with the result)."""
+
+
+_RECORD_ATTRIBUTE = "_tooltrail_dispatch_record"
+
+
+def dispatch_record_of(exc: BaseException) -> DispatchRecord | None:
+    """The dispatch record of a dispatch that raised ``exc`` (or raised what caused it)."""
+    seen: BaseException | None = exc
+    for _ in range(3):  # the exception itself, or what a timeout or wrapper raised from it
+        if seen is None:
+            return None
+        record = getattr(seen, _RECORD_ATTRIBUTE, None)
+        if isinstance(record, DispatchRecord):
+            return record
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _attach(exc: BaseException, record: DispatchRecord | None) -> None:
+    # The record of a dispatch that raises still reaches the trail: it rides on the
+    # exception (exactly one row per dispatch past step 1, whatever the outcome: spec §8).
+    with contextlib.suppress(AttributeError, TypeError):  # an exception type with __slots__
+        setattr(exc, _RECORD_ATTRIBUTE, record)
 
 
 class InMemoryAuditLog:
@@ -256,6 +295,7 @@ class ToolDispatcher:
                 # Spec §5.2/§7: raised, not soft (the turn's core makes it a soft tool
                 # error); the body does not run, the store is untouched, one audit row.
                 await record.write("tool_error", text=f"{type(exc).__name__}: {exc}")
+                _attach(exc, record.last)
                 raise
         context = ctx or ToolContext(
             session_id=call_id,
@@ -274,9 +314,19 @@ class ToolDispatcher:
                 value = await body()
             except BaseException as exc:
                 await record.write("tool_error", text=f"{type(exc).__name__}: {exc}")
+                _attach(exc, record.last)
                 raise
             return await record.done("ok", value)
         record.key = key
+        attempt_index = context.attempt
+
+        def audit_row(_value: Any) -> dict[str, Any]:
+            # Spec §5.5: this attempt's audit row commits with the completion (in the same
+            # row), so a worker lost right after it leaves the row for the retry to report.
+            # The value is the outcome's own: stored once, put back on adoption.
+            row = record.build("ok")
+            return {"attempt_index": attempt_index, "record": row.model_dump(mode="json")}
+
         try:
             outcome = await run_idempotent(
                 self.idempotency_store,
@@ -290,15 +340,29 @@ class ToolDispatcher:
                 fence=fence,
                 # The key's scope, kept in the record so an operator can tell whose it is.
                 scope_principal=principal_id if policy.scope == "principal" else None,
+                audit_row=audit_row,
             )
         except CachedToolError as cached:
             await record.write("tool_error", text=str(cached), source=cached.source_call_id)
+            _attach(cached, record.last)
             raise
         except BaseException as exc:
             await record.write("tool_error", text=f"{type(exc).__name__}: {exc}")
+            _attach(exc, record.last)
             raise
         if outcome.status == "idempotency_busy":
             return await record.soft("idempotency_busy", outcome.text or "")
+        stored = outcome.audit
+        if (
+            outcome.status == "cache_hit"
+            and stored is not None
+            and outcome.source_call_id == call_id
+            and stored.get("attempt_index") == attempt_index
+        ):
+            # A Temporal retry of the attempt whose body ran (its worker was lost after the
+            # completion committed): the same attempt (pipeline spec §0), so its one row
+            # is the one stored with the completion, not a cache hit.
+            return await record.adopt(DispatchRecord.model_validate(stored["record"]), outcome)
         record.lease_lost = outcome.lease_lost
         return await record.done(
             outcome.status, _restore(outcome.value), source=outcome.source_call_id
@@ -312,6 +376,13 @@ async def _normalized(body: Callable[[], Any]) -> Any:
     if isinstance(value, ToolOutput):
         return {"__tooltrail_output__": value.model_dump(mode="json")}
     return to_jsonable_python(value)
+
+
+def _jsonable(value: Any) -> Any:
+    # The value as the audit row and the result carry it.
+    if isinstance(value, ToolOutput):
+        return value.model_dump(mode="json")
+    return to_jsonable_python(value, fallback=str)
 
 
 def _restore(value: Any) -> Any:
@@ -354,7 +425,19 @@ class _Record:
         value: Any = None,
         source: str | None = None,
     ) -> None:
-        record = DispatchRecord(
+        record = self.build(status, text=text, value=value, source=source)
+        await self.dispatcher.audit.write(record)
+        self.last = record
+
+    def build(
+        self,
+        status: DispatchStatus,
+        *,
+        text: str | None = None,
+        value: Any = None,
+        source: str | None = None,
+    ) -> DispatchRecord:
+        return DispatchRecord(
             call_id=self.call_id,
             attempt=self.attempt,
             tool_name=self.tool.name,
@@ -372,8 +455,21 @@ class _Record:
             started_at=self.started,
             finished_at=self.dispatcher._clock(),
         )
-        await self.dispatcher.audit.write(record)
-        self.last = record
+
+    async def adopt(self, stored: DispatchRecord, outcome: Any) -> DispatchResult:
+        """Report the row an earlier Temporal attempt of this attempt stored (spec §5.5)."""
+        value = _restore(outcome.value)
+        stored = stored.model_copy(update={"value": _jsonable(value)})
+        await self.dispatcher.audit.write(stored)
+        self.last = stored
+        return DispatchResult(
+            status=stored.status,
+            is_error=to_output(value).is_error,
+            value=_jsonable(value),
+            idempotency_key=self.key,
+            output=to_output(value),
+            record=stored,
+        )
 
     async def soft(self, status: DispatchStatus, text: str) -> DispatchResult:
         await self.write(status, text=text)
@@ -390,11 +486,7 @@ class _Record:
         self, status: DispatchStatus, value: Any, *, source: str | None = None
     ) -> DispatchResult:
         output = to_output(value)
-        jsonable = (
-            value.model_dump(mode="json")
-            if isinstance(value, ToolOutput)
-            else to_jsonable_python(value, fallback=str)
-        )
+        jsonable = _jsonable(value)
         await self.write(status, value=jsonable, source=source)
         return DispatchResult(
             status=status,

@@ -359,6 +359,9 @@ class StoredOutcome(BaseModel):
     """``str()`` of the exception, for a failure."""
     source_call_id: str | None = None
     """The call whose body produced the outcome."""
+    audit: dict[str, Any] | None = None
+    """The audit row of the dispatch that completed it, committed with it (spec §5.5): a
+    Temporal retry of that same attempt, after its worker was lost, reports this row."""
 
     @field_validator("value", mode="before")
     @classmethod
@@ -682,6 +685,8 @@ class IdempotentResult:
     """The call whose body produced ``value``."""
     lease_lost: bool = False
     """``ok`` only: the claim was taken over while the body ran, so nothing was cached."""
+    audit: dict[str, Any] | None = None
+    """``cache_hit`` only: the audit row stored with the outcome (``StoredOutcome.audit``)."""
 
     @property
     def is_error(self) -> bool:
@@ -717,7 +722,11 @@ def _hit(key: str, outcome: StoredOutcome) -> IdempotentResult:
             outcome.error_type or "Exception", outcome.message or "", outcome.source_call_id
         )
     return IdempotentResult(
-        status="cache_hit", key=key, value=outcome.value, source_call_id=outcome.source_call_id
+        status="cache_hit",
+        key=key,
+        value=outcome.value,
+        source_call_id=outcome.source_call_id,
+        audit=outcome.audit,
     )
 
 
@@ -746,6 +755,7 @@ async def run_idempotent(
     on_complete: OutcomeHook | None = None,
     fence: str | None = None,
     scope_principal: str | None = None,
+    audit_row: Callable[[Any], dict[str, Any] | None] | None = None,
 ) -> IdempotentResult:
     """Run ``body`` at most once per key (spec §5.5): claim, then run, hit or wait.
 
@@ -775,6 +785,8 @@ async def run_idempotent(
             activity execution.
         scope_principal: the principal whose scope the key is in (``None``: global), for
             the record.
+        audit_row: builds the caller's audit row of a success from its value; the row is
+            stored with the outcome, in the completing statement (``StoredOutcome.audit``).
 
     Raises:
         CachedToolError: a cached failure was hit.
@@ -806,6 +818,7 @@ async def run_idempotent(
                 heartbeat=heartbeat,
                 sleep=sleep,
                 on_complete=on_complete,
+                audit_row=audit_row,
             )
         if isinstance(claim, Completed):
             return _hit(key, claim.outcome)
@@ -945,6 +958,7 @@ async def _run_owned(
     heartbeat: Callable[[], None] | None,
     sleep: Callable[[float], Awaitable[None]],
     on_complete: OutcomeHook | None,
+    audit_row: Callable[[Any], dict[str, Any] | None] | None = None,
 ) -> IdempotentResult:
     stop = asyncio.Event()
     renewer = asyncio.create_task(
@@ -989,7 +1003,12 @@ async def _run_owned(
         # Cancellation (or an interpreter exit): give the key back so nobody waits a lease.
         await _release_quietly(store, key, owner)
         raise
-    success = StoredOutcome(ok=True, value=value, source_call_id=call_id)
+    success = StoredOutcome(
+        ok=True,
+        value=value,
+        source_call_id=call_id,
+        audit=None if audit_row is None else audit_row(value),
+    )
     completed = await _complete(
         store,
         key=key,

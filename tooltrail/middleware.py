@@ -32,7 +32,7 @@ from typing import Any, Protocol, TypeAlias, TypeVar, cast
 
 from temporalio import activity
 
-from tooltrail.dispatcher import DispatchResult, ToolDispatcher
+from tooltrail.dispatcher import DispatchResult, ToolDispatcher, dispatch_record_of
 from tooltrail.errors import ToolError
 from tooltrail.heartbeats import beat
 from tooltrail.idempotency import CachedToolError, IdempotencyStoreUnavailable
@@ -284,7 +284,11 @@ _REFUSALS = frozenset({"access_denied", "guardrail_violation", "idempotency_busy
 async def _dispatch_isolated(
     dispatcher: ToolDispatcher, found: Tool, call: MiddlewareCall, ctx: ToolContext
 ) -> tuple[ToolOutput, DispatchResult | None]:
-    """Dispatch with exception isolation; return the output and the dispatch result."""
+    """Dispatch with exception isolation; return the output and the dispatch result.
+
+    A dispatch that raised has no result, but its record (when it passed step 1) comes back
+    in a result of its own, so the trail has its one dispatch row whatever the outcome.
+    """
     scope: asyncio.Timeout | None = None
     heartbeat = _activity_heartbeat()
     try:
@@ -311,18 +315,26 @@ async def _dispatch_isolated(
         text = cached.message if cached.error_type == "ToolError" else None
         return ToolOutput(
             text=text if text is not None else panicked(found.name, cached.message), is_error=True
-        ), None
+        ), _raised(cached)
     except ToolError as err:
-        return ToolOutput(text=str(err), is_error=True), None
+        return ToolOutput(text=str(err), is_error=True), _raised(err)
     except Exception as exc:
         if isinstance(exc, TimeoutError) and scope is not None and scope.expired():
             ctx._cancel.set()
             return ToolOutput(
                 text=f"Tool '{found.name}' timed out after {int(found.timeout_s or 0)}s",
                 is_error=True,
-            ), None
+            ), _raised(exc)
         tool_log.error("tool %r panicked", found.name, exc_info=True)
-        return ToolOutput(text=panicked(found.name, str(exc)), is_error=True), None
+        return ToolOutput(text=panicked(found.name, str(exc)), is_error=True), _raised(exc)
+
+
+def _raised(exc: BaseException) -> DispatchResult | None:
+    """A result carrying the record of a dispatch that raised ``exc`` (``None``: no record)."""
+    record = dispatch_record_of(exc)
+    if record is None:
+        return None
+    return DispatchResult(status=record.status, is_error=True, text=record.text, record=record)
 
 
 def _activity_attempt() -> int:

@@ -76,6 +76,7 @@ __all__ = [
     "TurnOutput",
     "TurnPlan",
     "TurnRecord",
+    "TurnRun",
     "TurnStatus",
     "WorkerCatalog",
 ]
@@ -118,7 +119,7 @@ workflow cannot write them: Temporal ended it without running its code)."""
 
 
 class AuditEvent(BaseModel):
-    """One event of a turn, as recorded in the audit trail (unique per turn and ``seq``)."""
+    """One event of a turn, as recorded in the audit trail (unique per turn, run and ``seq``)."""
 
     seq: int
     """Position in the turn's event stream, from 0; deterministic for a given history."""
@@ -134,6 +135,17 @@ class AuditEvent(BaseModel):
     """Everything about the event, with full, untruncated input and output."""
     created_at: datetime
     """Workflow time at which the event was produced."""
+    run_id: str | None = None
+    """The Temporal run of the turn's workflow id that produced it (set when stored; empty
+    for records written before run ids; ``None`` before the record reaches the database)."""
+    temporal_attempt: int | None = None
+    """For attempt records: Temporal's activity attempt (from 1) that ran the tool. Attempts
+    below it were lost with their workers (``payload["lost_attempts"]`` names them)."""
+    worker: str | None = None
+    """For attempt records: the identity of the worker that ran that attempt."""
+    digest: str | None = None
+    """The hash chain's digest of the record (its content and its run's previous record's
+    digest, ``tooltrail.chain``); set when stored."""
 
 
 class MemoryEntry(BaseModel):
@@ -168,6 +180,21 @@ class TurnRecord(BaseModel):
     error_type: str | None = None
     rerun_of: str | None = None
     mode: Literal["live", "rerun", "shadow"] = "live"
+    run_id: str = ""
+    """The Temporal run the row describes (the latest run of the turn's workflow id)."""
+
+
+class TurnRun(BaseModel):
+    """One Temporal run of a turn's workflow id that wrote audit records."""
+
+    run_id: str
+    """Temporal's run id (empty for records written before run ids)."""
+    branched_from: str | None = None
+    """The run that was the turn's latest when this one first wrote (a reset's base)."""
+    created_at: datetime
+    """When the run's first record was written (worker clock)."""
+    latest: bool = False
+    """Whether the turn's row describes this run (the run its workflow id ended with)."""
 
 
 class SessionState(BaseModel):
@@ -205,6 +232,8 @@ class Flush(BaseModel):
     """The session's state at the end of the turn (final record only)."""
     conversation: ConversationAppend | None = None
     """An agent turn's tool results for its run's conversation (final record only)."""
+    run_id: str = ""
+    """The Temporal run that produced the records (the audit activity fills it in)."""
 
 
 class HostFeatures(BaseModel):
@@ -345,6 +374,9 @@ class TurnOutput(BaseModel):
     """With a model phase: the tokens the model call spent."""
     stop_reason: str | None = None
     """With a model phase: why the model stopped (``ModelResponse.stop_reason``)."""
+    trail_head: str = ""
+    """The hash chain digest of the run's last audit record (``tooltrail.chain``), kept in
+    Temporal's history where the database cannot rewrite it; empty when none is known."""
 
 
 class ExecuteAttempt(BaseModel):
@@ -429,6 +461,13 @@ class Ran(_Result):
     memo_seen: MemoSeen | None = None
     """What the memoize layer (not registered first) saw succeed, for the cache."""
     """Post-tool hooks that raised (logged and ignored)."""
+    temporal_attempt: int = 1
+    """Temporal's activity attempt that ran the body (above 1: earlier ones were lost)."""
+    worker: str = ""
+    """The identity of the worker that ran the body."""
+    lost_attempts: list[dict[str, Any]] = Field(default_factory=list)
+    """The Temporal attempts below ``temporal_attempt``, lost with their workers:
+    ``{"temporal_attempt": n, "worker": identity or None}`` (``None``: it never heartbeat)."""
 
 
 class ShadowServed(_Result):

@@ -30,7 +30,7 @@ from tooltrail.db.idempotency import SqlIdempotencyStore
 from tooltrail.db.migrate import check_schema, upgrade
 from tooltrail.db.sqlite_guard import claim_sqlite_file
 from tooltrail.db.store import AuditStore
-from tooltrail.dispatcher import ToolDispatcher
+from tooltrail.dispatcher import NullAuditLog, ToolDispatcher
 from tooltrail.errors import ConfigurationError
 from tooltrail.failures import CleanDatabaseErrors
 from tooltrail.host import Host
@@ -135,8 +135,14 @@ def build_worker(
         claim_sqlite_file(store.url)
         store.worker_claims += 1
     scratch = scratch or ScratchDirs(host.scratch_base, enabled=host.managed_scratch)
+    # No in-memory dispatch log: each dispatch record travels with its attempt's result
+    # into the turn's SQL trail (one row per dispatch), so a worker keeps nothing per call.
     dispatcher = ToolDispatcher(
-        host.registry, store=SqlIdempotencyStore(store), access=host.access, scratch=scratch
+        host.registry,
+        store=SqlIdempotencyStore(store),
+        audit=NullAuditLog(),
+        access=host.access,
+        scratch=scratch,
     )
     # Identity and tools are fixed once the worker exists (spec: frozen registry and access).
     dispatcher.freeze()
@@ -155,6 +161,8 @@ def build_worker(
         middleware=host.middleware,
         breaker=host.circuit_breaker,
         dispatcher=dispatcher,
+        # The identity Temporal knows the worker by (the Worker's default is the client's).
+        worker_identity=str(worker_options.get("identity") or client.identity),
     )
     audit = AuditActivities(recorder)
     planner = TurnPlanner(host, store)

@@ -372,8 +372,17 @@ class CallPipeline:
             payload["dispatch"] = ran.dispatch
         if ran is not None and ran.post_hook_errors:
             payload["post_hook_errors"] = ran.post_hook_errors
+        if ran is not None and ran.lost_attempts:
+            # Temporal attempts that started and were lost with their workers (a crash).
+            payload["lost_attempts"] = ran.lost_attempts
         return self._trail.emit(
-            "tool_post", payload, call_id=call.id, tool=tool_name, attempt=attempt
+            "tool_post",
+            payload,
+            call_id=call.id,
+            tool=tool_name,
+            attempt=attempt,
+            temporal_attempt=ran.temporal_attempt if ran is not None else None,
+            worker=(ran.worker or None) if ran is not None else None,
         )
 
     async def _hook_decision(

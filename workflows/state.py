@@ -44,6 +44,8 @@ class TrailState:
     """Records handed to an activity that has not reported yet (memory entries as -1 - seq)."""
     record_written: TurnRecord | None = None
     """The turn row as it was last written (``None``: never)."""
+    head: str = ""
+    """The hash chain digest of the last record written (the anchor the result carries)."""
 
 
 @dataclass

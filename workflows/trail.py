@@ -76,6 +76,8 @@ class Trail:
         tool: str | None = None,
         attempt: int | None = None,
         at: datetime | None = None,
+        temporal_attempt: int | None = None,
+        worker: str | None = None,
     ) -> AuditEvent:
         """Append the next event of the stream; return it."""
         event = AuditEvent(
@@ -86,6 +88,8 @@ class Trail:
             attempt=attempt,
             payload=payload,
             created_at=at or workflow.now(),
+            temporal_attempt=temporal_attempt,
+            worker=worker,
         )
         self._book.next_seq += 1
         self._book.events.append(event)
@@ -156,13 +160,16 @@ class Trail:
         flush = self._take()
         written = False
         try:
-            written = await workflow.execute_local_activity(
+            answer = await workflow.execute_local_activity(
                 AUDIT_RECORD,
                 RecordTurn(flush=flush, must_persist=False),
-                result_type=bool,
+                # A string is the chain head of the records written (older workers: True).
+                result_type=bool | str,  # type: ignore[arg-type]
                 start_to_close_timeout=_BATCH_DEADLINE,
                 retry_policy=RetryPolicy(maximum_attempts=1),
             )
+            written = answer is not False
+            self._keep_head(answer)
         except (ActivityError, ApplicationError):
             # Cancelled while writing: a backoff timer or an approval wait must not follow.
             raise_if_cancelled_activity()
@@ -170,6 +177,16 @@ class Trail:
         finally:
             self._settle(flush, written=written)
         book.last_write = workflow.now()
+
+    @property
+    def head(self) -> str:
+        """The hash chain digest of the last record written (empty: none known)."""
+        return self._book.head
+
+    def _keep_head(self, answer: object) -> None:
+        # Writes go one at a time in seq order: the latest answer is the run's head so far.
+        if isinstance(answer, str) and answer:
+            self._book.head = answer
 
     async def finish(self, status: TurnStatus, error: BaseException | None = None) -> None:
         """Write everything still pending with the turn's final status (retried until done)."""
@@ -215,13 +232,14 @@ class Trail:
                     )
                 flush = flush.model_copy(update={"turn": running})
             try:
-                await workflow.execute_local_activity(
+                answer = await workflow.execute_local_activity(
                     AUDIT_RECORD,
                     RecordTurn(flush=flush),
-                    result_type=bool,
+                    result_type=bool | str,  # type: ignore[arg-type]
                     start_to_close_timeout=timedelta(seconds=60),
                     retry_policy=_RECORD_RETRY,
                 )
+                self._keep_head(answer)
             finally:
                 book.in_flight.clear()
             self._settle(flush)

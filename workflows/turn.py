@@ -216,6 +216,7 @@ class TurnWorkflow:
             assistant=response.message if response is not None else None,
             usage=usage,
             stop_reason=response.stop_reason if response is not None else None,
+            trail_head=self._trail.head,
         )
 
     def _started(self, at: datetime) -> None:

@@ -37,6 +37,7 @@ __all__ = [
     "SessionStateRow",
     "ToolHealthRow",
     "TurnRow",
+    "TurnRunRow",
 ]
 
 NAMING_CONVENTION = {
@@ -79,14 +80,33 @@ class TurnRow(Base):
     """``live``, ``rerun`` (tools ran again) or ``shadow`` (results served from the trail)."""
     checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     """When background reconciliation last asked Temporal about this running turn."""
+    run_id: Mapped[str] = mapped_column(String(255), default="", server_default="")
+    """The Temporal run the row describes: the latest run of the turn's workflow id."""
+
+
+class TurnRunRow(Base):
+    """One Temporal run of a turn's workflow id that wrote records (a reset adds one)."""
+
+    __tablename__ = "turn_run"
+
+    turn_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("turn.turn_id", ondelete="CASCADE"), primary_key=True
+    )
+    run_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    branched_from: Mapped[str | None] = mapped_column(String(255))
+    """The turn's latest run when this one first wrote (the run it branched from), if any."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class AuditEventRow(Base):
-    """One event of a turn; unique per (turn, seq), so re-sent events are written once."""
+    """One event of a turn's run; unique per (turn, run, seq), so re-sent events are written once.
+
+    Every run of the turn's workflow id (a reset makes a new one) keeps its own records.
+    """
 
     __tablename__ = "audit_event"
     __table_args__ = (
-        UniqueConstraint("turn_id", "seq"),
+        UniqueConstraint("turn_id", "run_id", "seq"),
         Index(None, "tool_name"),
     )
 
@@ -94,11 +114,19 @@ class AuditEventRow(Base):
     turn_id: Mapped[str] = mapped_column(
         String(255), ForeignKey("turn.turn_id", ondelete="CASCADE")
     )
+    run_id: Mapped[str] = mapped_column(String(255), default="", server_default="")
+    """The Temporal run that produced the record (empty for records older than run ids)."""
     seq: Mapped[int] = mapped_column(Integer)
     kind: Mapped[str] = mapped_column(String(32))
     tool_call_id: Mapped[str | None] = mapped_column(String(255))
     tool_name: Mapped[str | None] = mapped_column(String(255))
     attempt: Mapped[int | None] = mapped_column(Integer)
+    temporal_attempt: Mapped[int | None] = mapped_column(Integer)
+    """Temporal's activity attempt (from 1) that ran the body, for attempt records."""
+    worker: Mapped[str | None] = mapped_column(String(255))
+    """The identity of the worker that ran that attempt, for attempt records."""
+    digest: Mapped[str | None] = mapped_column(String(64))
+    """The run's hash chain at this record (``tooltrail.chain``)."""
     payload: Mapped[dict[str, Any]] = mapped_column(JsonType)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 

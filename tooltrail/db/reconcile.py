@@ -12,13 +12,15 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 # The database's clock, the way idempotency claims read it (one definition of it).
 from tooltrail.db.idempotency import _db_now
 from tooltrail.db.orm import AuditEventRow, MaintenanceLeaseRow, TurnRow
+from tooltrail.db.store import record_events
+from tooltrail.wire import AuditEvent
 
 __all__ = [
     "EPOCH",
@@ -102,21 +104,21 @@ async def close_turn(
     )
     if getattr(moved, "rowcount", 0) != 1:
         return False
+    # The event belongs to the run Temporal closed (its records' branch, hash chain included).
+    run_id = str(payload.get("run_id") or "")
     last = await session.scalar(
-        select(func.max(AuditEventRow.seq)).where(AuditEventRow.turn_id == turn_id)
-    )
-    await session.execute(
-        insert(AuditEventRow).values(
-            turn_id=turn_id,
-            seq=0 if last is None else last + 1,
-            kind="turn_reconciled",
-            tool_call_id=None,
-            tool_name=None,
-            attempt=None,
-            payload=payload,
-            created_at=at,
+        select(func.max(AuditEventRow.seq)).where(
+            AuditEventRow.turn_id == turn_id, AuditEventRow.run_id == run_id
         )
     )
+    event = AuditEvent(
+        seq=0 if last is None else last + 1,
+        kind="turn_reconciled",
+        payload=payload,
+        created_at=at,
+        run_id=run_id or None,
+    )
+    await record_events(session, turn_id=turn_id, events=[event], run_id=run_id)
     return True
 
 

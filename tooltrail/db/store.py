@@ -1,8 +1,10 @@
 """Reads and idempotent writes of the audit trail and memory.
 
-Every write is keyed on (turn id, seq), never on an attempt number, because Temporal may run
-an activity again: a second write of the same records is a no-op. ORM rows never leave this
-module; callers get pydantic models.
+Every audit write is keyed on (turn id, Temporal run id, seq), never on an attempt number,
+because Temporal may run an activity again: a second write of the same records is a no-op.
+A reset (or any new run of the turn's workflow id) writes its own branch: nothing of an
+earlier run is dropped or overwritten, and the turn's row follows the latest run. ORM rows
+never leave this module; callers get pydantic models.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, func, select, update
+from sqlalchemy import Select, and_, bindparam, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from tooltrail.chain import GENESIS, chain_digests, verify_chain
 from tooltrail.db.engine import create_engine, session_factory
 from tooltrail.db.orm import (
     AuditEventRow,
@@ -24,11 +27,12 @@ from tooltrail.db.orm import (
     MemoryEntryRow,
     SessionStateRow,
     TurnRow,
+    TurnRunRow,
 )
 from tooltrail.db.sqlite_guard import release_sqlite_file
 from tooltrail.detection import Operation
 from tooltrail.llm.messages import Message, ModelResponse, Usage
-from tooltrail.wire import AuditEvent, Flush, MemoryEntry, SessionState, TurnRecord
+from tooltrail.wire import AuditEvent, Flush, MemoryEntry, SessionState, TurnRecord, TurnRun
 
 __all__ = [
     "AuditStore",
@@ -71,14 +75,54 @@ def _insert(session: AsyncSession, table: Any) -> Any:
 
 
 def _turn_upsert(insert: Any) -> Any:
-    # An ended turn's row moves a running row to its final status; nothing moves an ended
-    # row (one statement: a turn's last write is on its critical path).
+    # Within a run, an ended turn's row moves a running row to its final status and nothing
+    # moves an ended row. A run never seen before (a reset, a new run of the workflow id)
+    # takes the row over; a late write of an earlier run never does. One statement: a
+    # turn's last write is on its critical path.
     stmt = insert(TurnRow.__table__)
-    final = ("status", "ended_at", "call_count", "error", "error_type")
+    turn, runs = TurnRow.__table__, TurnRunRow.__table__
+    final = ("status", "ended_at", "call_count", "error", "error_type", "run_id")
+    # ``excluded`` cannot be correlated into a subquery: the row's keys come as parameters.
+    seen = (
+        select(runs.c.run_id)
+        .where(
+            runs.c.turn_id == bindparam("this_turn_id"), runs.c.run_id == bindparam("this_run_id")
+        )
+        .exists()
+    )
     return stmt.on_conflict_do_update(
         index_elements=["turn_id"],
         set_={column: stmt.excluded[column] for column in final},
-        where=and_(TurnRow.__table__.c.status == "running", stmt.excluded.status != "running"),
+        where=or_(
+            and_(
+                turn.c.run_id == stmt.excluded.run_id,
+                turn.c.status == "running",
+                stmt.excluded.status != "running",
+            ),
+            and_(turn.c.run_id != stmt.excluded.run_id, ~seen),
+        ),
+    )
+
+
+def _run_insert(insert: Any) -> Any:
+    # The run it branched from: the turn's most recent other run that wrote records.
+    runs = TurnRunRow.__table__
+    earlier = (
+        select(runs.c.run_id)
+        .where(runs.c.turn_id == bindparam("turn_id"), runs.c.run_id != bindparam("run_id"))
+        .order_by(runs.c.created_at.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    return (
+        insert(runs)
+        .values(
+            turn_id=bindparam("turn_id"),
+            run_id=bindparam("run_id"),
+            branched_from=earlier,
+            created_at=bindparam("created_at"),
+        )
+        .on_conflict_do_nothing(index_elements=["turn_id", "run_id"])
     )
 
 
@@ -98,9 +142,20 @@ def _aware(value: datetime | None) -> datetime | None:
     return value
 
 
-async def record_turn(session: AsyncSession, *, turn: TurnRecord) -> None:
-    """Insert the turn row, or move a running turn to its final status; never regress it."""
-    await session.execute(_prepared(session, "turn", _turn_upsert), turn.model_dump())
+async def record_turn(session: AsyncSession, *, turn: TurnRecord, run_id: str = "") -> None:
+    """Insert the turn row, or move it on: to its run's final status, or to a newer run.
+
+    Within a run the row never regresses; the first write of a run never seen before (a
+    reset) makes it the turn's latest run, and ``turn_run`` notes the run it branched from.
+    """
+    values = turn.model_dump()
+    values["run_id"] = run_id or turn.run_id
+    values["this_turn_id"], values["this_run_id"] = turn.turn_id, values["run_id"]
+    await session.execute(_prepared(session, "turn", _turn_upsert), values)
+    await session.execute(
+        _prepared(session, "turn_run", _run_insert),
+        {"turn_id": turn.turn_id, "run_id": values["run_id"], "created_at": datetime.now(UTC)},
+    )
 
 
 async def record_session_state(
@@ -183,29 +238,66 @@ async def acknowledge_loop_warning(
 
 
 async def record_events(
-    session: AsyncSession, *, turn_id: str, events: Sequence[AuditEvent]
-) -> None:
-    """Insert events; those already stored under (turn, seq) are left as they are."""
+    session: AsyncSession, *, turn_id: str, events: Sequence[AuditEvent], run_id: str = ""
+) -> str | None:
+    """Insert events of a run; those already stored under (turn, run, seq) are left alone.
+
+    Each record gets its run's hash chain digest (``tooltrail.chain``); a batch that does not
+    start the run reads its predecessor's digest first (one read per batch, not per call).
+    Returns the last record's digest (the run's head so far), or ``None``.
+    """
     if not events:
-        return
+        return None
     rows = [{"turn_id": turn_id, **event.model_dump(mode="json")} for event in events]
     for row, event in zip(rows, events, strict=True):
         row["created_at"] = event.created_at
+        row["run_id"] = event.run_id or run_id
+    previous = await _previous_digest(session, turn_id=turn_id, row=rows[0])
+    prior_seq = rows[0]["seq"] - 1
+    for row, event in zip(rows, events, strict=True):
+        stored = event.model_copy(update={"payload": row["payload"], "digest": None})
+        if previous is None or row["seq"] != prior_seq + 1:
+            previous = None  # not consecutive: no chain can be computed for these
+        else:
+            (previous,) = chain_digests(previous, [stored], row["run_id"])
+        row["digest"] = previous
+        prior_seq = row["seq"]
     stmt = _prepared(
         session,
         "events",
         lambda insert: insert(AuditEventRow.__table__).on_conflict_do_nothing(
-            index_elements=["turn_id", "seq"]
+            index_elements=["turn_id", "run_id", "seq"]
         ),
     )
     await session.execute(stmt, rows)
+    return previous
 
 
-async def _write_records(session: AsyncSession, flush: Flush) -> None:
+async def _previous_digest(
+    session: AsyncSession, *, turn_id: str, row: dict[str, Any]
+) -> str | None:
+    """The digest of the record before ``row`` in its run (``GENESIS`` before seq 0)."""
+    if row["seq"] == 0:
+        return GENESIS
+    table = AuditEventRow.__table__
+    found = await session.execute(
+        select(table.c.digest).where(
+            table.c.turn_id == turn_id,
+            table.c.run_id == row["run_id"],
+            table.c.seq == row["seq"] - 1,
+        )
+    )
+    digest = found.scalar_one_or_none()
+    return None if digest is None else str(digest)
+
+
+async def _write_records(session: AsyncSession, flush: Flush) -> str | None:
     """A flush's audit part: turn row, events, session state, conversation (not memory)."""
     if flush.turn is not None:
-        await record_turn(session, turn=flush.turn)
-    await record_events(session, turn_id=flush.turn_id, events=flush.events)
+        await record_turn(session, turn=flush.turn, run_id=flush.run_id)
+    head = await record_events(
+        session, turn_id=flush.turn_id, events=flush.events, run_id=flush.run_id
+    )
     if flush.session is not None:
         await record_session_state(
             session, session_id=flush.session_id, turn_id=flush.turn_id, state=flush.session
@@ -218,6 +310,7 @@ async def _write_records(session: AsyncSession, flush: Flush) -> None:
             start_seq=flush.conversation.start_seq,
             messages=flush.conversation.messages,
         )
+    return head
 
 
 async def record_memory(session: AsyncSession, *, entries: Sequence[MemoryEntry]) -> None:
@@ -235,11 +328,25 @@ async def record_memory(session: AsyncSession, *, entries: Sequence[MemoryEntry]
     await session.execute(stmt, rows)
 
 
-async def list_events(session: AsyncSession, *, turn_id: str) -> list[AuditEvent]:
-    """Return a turn's events ordered by ``seq``."""
-    rows = await session.scalars(
-        select(AuditEventRow).where(AuditEventRow.turn_id == turn_id).order_by(AuditEventRow.seq)
-    )
+async def list_events(
+    session: AsyncSession, *, turn_id: str, all_runs: bool = False
+) -> list[AuditEvent]:
+    """Return the events of a turn's latest run ordered by ``seq`` (or of every run).
+
+    With ``all_runs`` the runs come in the order they first wrote, each ordered by ``seq``.
+    """
+    query = select(AuditEventRow).where(AuditEventRow.turn_id == turn_id)
+    if all_runs:
+        first_write = (
+            select(TurnRunRow.created_at)
+            .where(TurnRunRow.turn_id == turn_id, TurnRunRow.run_id == AuditEventRow.run_id)
+            .scalar_subquery()
+        )
+        query = query.order_by(first_write, AuditEventRow.run_id, AuditEventRow.seq)
+    else:
+        latest = select(TurnRow.run_id).where(TurnRow.turn_id == turn_id).scalar_subquery()
+        query = query.where(AuditEventRow.run_id == latest).order_by(AuditEventRow.seq)
+    rows = await session.scalars(query)
     events = []
     for row in rows:
         event = AuditEvent.model_validate(row, from_attributes=True)
@@ -283,9 +390,11 @@ async def list_turns(
     limit: int = 50,
 ) -> list[TurnSummary]:
     """Return the newest turns matching every given filter, newest first."""
+    # Counts of the turn's latest run (the one its row describes).
     events = (
         select(
             AuditEventRow.turn_id.label("turn_id"),
+            AuditEventRow.run_id.label("run_id"),
             func.count().label("event_count"),
             func.count()
             .filter(
@@ -293,14 +402,16 @@ async def list_turns(
             )
             .label("error_results"),
         )
-        .group_by(AuditEventRow.turn_id)
+        .group_by(AuditEventRow.turn_id, AuditEventRow.run_id)
         .subquery()
     )
     query: Select[Any] = select(  # type: ignore[assignment]
         TurnRow,
         func.coalesce(events.c.event_count, 0),
         func.coalesce(events.c.error_results, 0),
-    ).outerjoin(events, events.c.turn_id == TurnRow.turn_id)
+    ).outerjoin(
+        events, and_(events.c.turn_id == TurnRow.turn_id, events.c.run_id == TurnRow.run_id)
+    )
     if session_id is not None:
         query = query.where(TurnRow.session_id == session_id)
     if status is not None:
@@ -343,12 +454,15 @@ class AuditStore:
         self.engine: AsyncEngine = create_engine(url, **engine_kwargs)
         self.sessions: async_sessionmaker[AsyncSession] = session_factory(self.engine)
 
-    async def write_flush(self, flush: Flush) -> None:
+    async def write_flush(self, flush: Flush) -> str | None:
         """Write a flush: turn row, events, session state, conversation and memory.
 
         One transaction holds them all (a commit fewer per batch); when it fails and the flush
         has memory, the records are written on their own and the memory after them, so a
         memory failure never costs the audit trail its write.
+
+        Returns:
+            The digest of the flush's last event (its run's hash chain head so far), if any.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the turn row or the events could not be written.
@@ -358,15 +472,16 @@ class AuditStore:
         if flush.memory:
             try:
                 async with self.sessions.begin() as session:
-                    await _write_records(session, flush)
+                    head = await _write_records(session, flush)
                     await record_memory(session, entries=flush.memory)
-                return
+                return head
             except Exception:
                 log.debug(
                     "flush of turn %r failed in one transaction; writing its parts apart",
                     flush.turn_id,
                     exc_info=True,
                 )
+        head = None
         if (
             flush.turn is not None
             or flush.events
@@ -374,7 +489,7 @@ class AuditStore:
             or flush.conversation is not None
         ):
             async with self.sessions.begin() as session:
-                await _write_records(session, flush)
+                head = await _write_records(session, flush)
         if flush.memory:
             try:
                 async with self.sessions.begin() as session:
@@ -386,6 +501,7 @@ class AuditStore:
                     flush.turn_id,
                     exc_info=True,
                 )
+        return head
 
     async def session_state(self, session_id: str) -> SessionState:
         """Return the state the session's last turn saved (or a fresh one)."""
@@ -399,10 +515,10 @@ class AuditStore:
         async with self.sessions.begin() as session:
             return await acknowledge_loop_warning(session, session_id=session_id, pattern=pattern)
 
-    async def events(self, turn_id: str) -> list[AuditEvent]:
-        """Return a turn's audit events ordered by ``seq``, large outputs filled back in."""
+    async def events(self, turn_id: str, *, all_runs: bool = False) -> list[AuditEvent]:
+        """Return the events of a turn's latest run (or every run's), large outputs filled in."""
         async with self.sessions() as session:
-            events = await list_events(session, turn_id=turn_id)
+            events = await list_events(session, turn_id=turn_id, all_runs=all_runs)
             refs = [e.payload["output_ref"] for e in events if e.payload.get("output_ref")]
             blobs = await get_blobs(session, keys=refs)
         for event in events:
@@ -410,6 +526,44 @@ class AuditStore:
             if ref in blobs:
                 event.payload["output"] = blobs[ref]
         return events
+
+    async def chain_problems(
+        self, turn_id: str, *, heads: dict[str, str] | None = None
+    ) -> dict[str, list[str]]:
+        """Recompute the hash chain of each run of a turn; return the problems by run id.
+
+        Args:
+            turn_id: the turn.
+            heads: known head digests by run id (kept outside the database), if any.
+        """
+        events = await self.events(turn_id, all_runs=True)
+        by_run: dict[str, list[AuditEvent]] = {}
+        for event in events:
+            by_run.setdefault(event.run_id or "", []).append(event)
+        known = heads or {}
+        return {
+            run_id: verify_chain(records, head=known.get(run_id))
+            for run_id, records in by_run.items()
+        }
+
+    async def runs(self, turn_id: str) -> list[TurnRun]:
+        """Return the Temporal runs of a turn that wrote records, in the order they did."""
+        async with self.sessions() as session:
+            latest = await session.scalar(select(TurnRow.run_id).where(TurnRow.turn_id == turn_id))
+            rows = await session.scalars(
+                select(TurnRunRow)
+                .where(TurnRunRow.turn_id == turn_id)
+                .order_by(TurnRunRow.created_at, TurnRunRow.run_id)
+            )
+            return [
+                TurnRun(
+                    run_id=row.run_id,
+                    branched_from=row.branched_from,
+                    created_at=_aware(row.created_at) or row.created_at,
+                    latest=row.run_id == latest,
+                )
+                for row in rows
+            ]
 
     async def put_blob(self, key: str, output: Any, size: int) -> None:
         """Store a large output under its key."""
