@@ -50,6 +50,8 @@ async def test_stale_owner_cannot_commit_a_taken_over_claim(
     order = f"order-{uuid.uuid4()}"
     call = ToolCall("call_0", "charge_card", {"order": order})
     async with stack(Host([charge_card]), database_url=db_url) as tt:
+        async with tt.store.engine.connect() as conn:
+            earlier = list((await conn.execute(select(IdempotencyRecordRow.key))).scalars())
         first = await tt.start_turn([call], session_id=f"a-{uuid.uuid4()}")
 
         async def started(n: int) -> None:
@@ -61,10 +63,19 @@ async def test_stale_owner_cannot_commit_a_taken_over_claim(
         await started(1)
         # The first owner's worker "pauses" past its lease: the lease lapses.
         async with tt.store.engine.begin() as conn:
-            await conn.execute(
-                update(IdempotencyRecordRow).values(
-                    lease_expires_at=datetime.now(UTC) - timedelta(seconds=5)
+            # Only this test's claim: the PostgreSQL database is shared by the test session.
+            (mine,) = (
+                await conn.execute(
+                    select(IdempotencyRecordRow.key).where(
+                        IdempotencyRecordRow.key.not_in(earlier),
+                        IdempotencyRecordRow.tool_name == "charge_card",
+                    )
                 )
+            ).one()
+            await conn.execute(
+                update(IdempotencyRecordRow)
+                .where(IdempotencyRecordRow.key == mine)
+                .values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=5))
             )
         # Another turn makes the same call (same call id, same arguments): it takes over.
         second = await tt.start_turn([call], session_id=f"b-{uuid.uuid4()}")
@@ -76,7 +87,11 @@ async def test_stale_owner_cannot_commit_a_taken_over_claim(
         stale_dispatch = _dispatch_of(await tt.audit(stale.turn_id))
         holder_dispatch = _dispatch_of(await tt.audit(holder.turn_id))
         async with tt.store.engine.connect() as conn:
-            row = (await conn.execute(select(IdempotencyRecordRow))).one()
+            row = (
+                await conn.execute(
+                    select(IdempotencyRecordRow).where(IdempotencyRecordRow.key == mine)
+                )
+            ).one()
 
     assert stale.results[0].output == f"charged {order} in run 0"
     assert (stale_dispatch["status"], stale_dispatch["lease_lost"]) == ("ok", True)
