@@ -1,0 +1,67 @@
+"""Session state and turn history stay bounded whatever the calls (issue 22, findings 3, 7, 8).
+
+On a real Temporal server, SQLite and PostgreSQL (``db_url``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import StackFactory
+from tooltrail import Host, LoopDetection, ToolCall, tool
+from tooltrail.detection import LoopDetector, operation_for
+from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
+from tooltrail.text import canonical_json
+
+FILE_BYTES = 380 * 1024
+
+
+@tool
+def write_file(path: str, content: str) -> str:
+    """Write a file (here: say how much)."""
+    return f"wrote {len(content)} bytes to {path}"
+
+
+def test_the_window_holds_bounded_operations_and_the_pattern_logic_is_unchanged() -> None:
+    config = LoopDetection(loop_threshold=2, stop_threshold=3)
+    detector = LoopDetector()
+    big = {"path": "a", "content": "x" * FILE_BYTES}
+    other = {"path": "a", "content": "x" * (FILE_BYTES - 1) + "y"}
+    for arguments in (big, other, big, big):
+        detector.record(operation_for("write_file", arguments, "ok"), config)
+    assert len(detector.model_dump_json()) < 4 * 1024
+    check = detector.check(config)
+    assert check.should_stop and check.repetitions == 3, "identical calls still count as one"
+    assert check.message is not None and len(check.message) < 400
+    assert check.message.startswith('write_file({"content":"xxxx')
+    assert check.message.endswith(" repeated 3 times")
+    # A small call keeps the spec's text exactly.
+    small = operation_for("write_file", {"path": "p", "content": "c"}, "ok")
+    assert small.pattern == "write_file(" + canonical_json({"path": "p", "content": "c"}) + ")"
+
+
+async def test_a_session_of_huge_calls_is_never_bricked(stack: StackFactory, db_url: str) -> None:
+    session = "huge-session"
+    model = ScriptedModel(
+        [
+            tool_call_response(("a1", "write_file", {"path": "z", "content": "z"})),
+            text_response("ok"),
+        ]
+    )
+    async with stack(Host([write_file], model=model), database_url=db_url) as tt:
+        for turn in range(3):
+            content = chr(ord("a") + turn) * FILE_BYTES
+            done = await tt.run_turn(
+                [ToolCall(f"w{turn}", "write_file", {"path": f"f{turn}", "content": content})],
+                session_id=session,
+            )
+            assert done.results[0].output == f"wrote {FILE_BYTES} bytes to f{turn}"
+        small = await tt.run_turn(
+            [ToolCall("s", "write_file", {"path": "s", "content": "hi"})], session_id=session
+        )
+        assert small.results[0].output == "wrote 2 bytes to s"
+        agent = await tt.run_agent("write it", session_id=session)
+        assert agent.text == "ok"
+        state = await tt.store.session_state(session)
+    assert len(json.dumps(state.model_dump(mode="json"))) < 16 * 1024
+    assert len(state.detector.window) == 5
