@@ -5,10 +5,14 @@ On a real Temporal server, SQLite and PostgreSQL (``db_url``).
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Literal
+
+import pytest
 
 from tests.conftest import StackFactory
-from tooltrail import Host, LoopDetection, ToolCall, tool
+from tooltrail import Host, LoopDetection, RunConfig, ToolCall, tool
 from tooltrail.detection import LoopDetector, operation_for
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 from tooltrail.text import canonical_json
@@ -65,3 +69,35 @@ async def test_a_session_of_huge_calls_is_never_bricked(stack: StackFactory, db_
         state = await tt.store.session_state(session)
     assert len(json.dumps(state.model_dump(mode="json"))) < 16 * 1024
     assert len(state.detector.window) == 5
+
+
+OUTPUT_BYTES = 240 * 1024
+
+
+@tool(concurrent_safe=True)
+def chunk(n: int) -> str:
+    """Return 240 KB of text (each under the large-output threshold)."""
+    return str(n) * OUTPUT_BYTES
+
+
+@pytest.mark.parametrize("dispatch", ["sequential", "parallel"])
+async def test_nine_outputs_of_240_kb_complete(
+    stack: StackFactory, db_url: str, dispatch: Literal["sequential", "parallel"]
+) -> None:
+    calls = [ToolCall(f"c{n}", "chunk", {"n": n}) for n in range(9)]
+    async with stack(Host([chunk]), database_url=db_url) as tt:
+        turn = await asyncio.wait_for(
+            tt.run_turn(calls, session_id=f"nine-{dispatch}", config=RunConfig(dispatch=dispatch)),
+            timeout=60,
+        )
+        record = await tt.store.turn(turn.turn_id)
+        events = await tt.audit(turn.turn_id)
+        history = await tt.client.get_workflow_handle(turn.turn_id).fetch_history()
+    assert [r.output for r in turn.results] == [str(n) * OUTPUT_BYTES for n in range(9)]
+    assert record is not None and record.status == "completed"
+    posts = [e for e in events if e.kind == "tool_post"]
+    outputs = {p.tool_call_id: p.payload["output"] for p in posts}
+    assert outputs == {f"c{n}": str(n) * OUTPUT_BYTES for n in range(9)}
+    assert sum(1 for p in posts if p.payload.get("output_ref")) >= 7, "past the budget: spilled"
+    largest = max(len(e.SerializeToString()) for e in history.events)
+    assert largest < RunConfig().inline_output_bytes * 2 + 64 * 1024

@@ -8,10 +8,13 @@ from pydantic import BaseModel, Field
 
 from tooltrail.recovery import ExponentialBackoff, RecoveryStrategy
 
-__all__ = ["LARGE_OUTPUT_BYTES", "LoopDetection", "RunConfig"]
+__all__ = ["INLINE_OUTPUT_BYTES", "LARGE_OUTPUT_BYTES", "LoopDetection", "RunConfig"]
 
 LARGE_OUTPUT_BYTES = 256 * 1024
 """Default of ``RunConfig.large_output_bytes``."""
+INLINE_OUTPUT_BYTES = 512 * 1024
+"""Default of ``RunConfig.inline_output_bytes``: an agent turn's last write carries its
+outputs twice (trail and conversation), and that must stay well under 2 MiB."""
 
 
 class LoopDetection(BaseModel):
@@ -50,6 +53,11 @@ class RunConfig(BaseModel):
     large_output_bytes: int = Field(default=LARGE_OUTPUT_BYTES, ge=0)
     """Outputs above this size stay out of workflow history: the database keeps them and
     the history carries a reference (0 disables)."""
+    inline_output_bytes: int = Field(default=INLINE_OUTPUT_BYTES, ge=0)
+    """Bytes of tool output one turn keeps in its workflow history, all calls together.
+    Past it every further output goes to the database as a large one does, whatever its
+    size: a turn's outputs travel together in its last trail record and its result, and
+    Temporal refuses payloads over 2 MiB (0 sends every output to the database)."""
     interactive: bool = False
     """A hook's ``Ask`` waits for a human's approval (a Temporal Update) instead of refusing."""
     approval_timeout_s: float = Field(default=3600.0, gt=0)

@@ -44,7 +44,7 @@ from tooltrail.workflows.approvals import Approvals
 from tooltrail.workflows.failures import infra_failed, raise_if_cancelled
 from tooltrail.workflows.recovery import Recovery
 from tooltrail.workflows.state import TurnState
-from tooltrail.workflows.trail import Trail
+from tooltrail.workflows.trail import Trail, json_size
 
 __all__ = ["CallPipeline"]
 
@@ -65,6 +65,18 @@ def _refusal(call: ToolCall, tool_name: str, text: str) -> ToolDispatchResult:
         duration_ms=0.0,
         resolved_tool_name=tool_name,
     )
+
+
+def output_size(output: Any) -> int:
+    """Bytes of an output as the activity measures it for the claim check (JSON, UTF-8)."""
+    if isinstance(output, list):
+        output = [
+            part.model_dump(mode="json") if hasattr(part, "model_dump") else part for part in output
+        ]
+    try:
+        return json_size(output)
+    except (ValueError, TypeError, RecursionError):
+        return 0
 
 
 class CallPipeline:
@@ -409,6 +421,44 @@ class CallPipeline:
         else:
             timeout = timedelta(seconds=config.tool_timeout_s)
         await self._trail.checkpoint()  # a batch of the trail first, when one is due
+        # The turn's inline budget: this attempt may keep at most ``reserved`` bytes of output
+        # in history; a larger output goes to the database (the claim check) like a large one.
+        reserved = self._state.reserve_inline(config)
+        try:
+            outcome = await self._run_attempt(
+                call,
+                tool_name,
+                arguments,
+                attempt,
+                timeout,
+                large_output_bytes=max(1, reserved),
+                skip_pre_hooks=skip_pre_hooks,
+                hooks_only=hooks_only,
+            )
+        except BaseException:
+            self._state.release_inline(reserved, 0)
+            raise
+        inline = 0
+        if isinstance(outcome, Ran | ShadowServed) and not getattr(outcome, "output_ref", None):
+            inline = output_size(outcome.output)
+        self._state.release_inline(reserved, inline)
+        return outcome
+
+    async def _run_attempt(
+        self,
+        call: ToolCall,
+        tool_name: str,
+        arguments: dict[str, Any],
+        attempt: int,
+        close_timeout: timedelta,
+        *,
+        large_output_bytes: int,
+        skip_pre_hooks: bool,
+        hooks_only: bool,
+    ) -> AttemptOutcome:
+        inp = self._state.input
+        config = inp.config
+        meta = self._state.plan.tools.get(tool_name)
         request = ExecuteAttempt(
             session_id=self._state.record.session_id,
             tool_call_id=call.id,
@@ -418,7 +468,7 @@ class CallPipeline:
             skip_pre_hooks=skip_pre_hooks,
             hooks_only=hooks_only,
             shadow=inp.shadow is not None,
-            large_output_bytes=config.large_output_bytes,
+            large_output_bytes=large_output_bytes,
             recorded=(
                 inp.shadow.attempts.get(f"{call.id}#{attempt}") if inp.shadow is not None else None
             ),
@@ -436,7 +486,7 @@ class CallPipeline:
                     TOOL_EXECUTE,
                     request,
                     result_type=ATTEMPT_OUTCOME,
-                    start_to_close_timeout=timeout,
+                    start_to_close_timeout=close_timeout,
                     retry_policy=retry,
                 )
             else:
@@ -444,7 +494,7 @@ class CallPipeline:
                     TOOL_EXECUTE,
                     request,
                     result_type=ATTEMPT_OUTCOME,
-                    start_to_close_timeout=timeout,
+                    start_to_close_timeout=close_timeout,
                     heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_s),
                     retry_policy=retry,
                 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from tooltrail.config import RunConfig
 from tooltrail.detection import LoopDetector
 from tooltrail.memoize import MemoCache
 from tooltrail.wire import (
@@ -72,6 +73,26 @@ class TurnState:
     """Approvals received and not yet taken up, by call id."""
     conversation: ConversationAppend | None = None
     """An agent turn's tool results for its run's conversation (with the final record)."""
+    inline_used: int = 0
+    """Bytes of tool output kept inline (or reserved by running attempts) this turn."""
+
+    def reserve_inline(self, config: RunConfig) -> int:
+        """Reserve the inline bytes one attempt's output may take; return them.
+
+        An output is inline up to ``large_output_bytes`` and while the turn's
+        ``inline_output_bytes`` last: every output sits in the turn's final trail record and
+        result, so their sum must stay far below Temporal's payload limit. Running attempts
+        reserve their share first, so the calls of a parallel wave cannot overspend it
+        together.
+        """
+        left = max(0, config.inline_output_bytes - self.inline_used)
+        reserved = left if config.large_output_bytes <= 0 else min(left, config.large_output_bytes)
+        self.inline_used += reserved
+        return reserved
+
+    def release_inline(self, reserved: int, used: int) -> None:
+        """Give back what an attempt reserved and did not keep inline."""
+        self.inline_used -= reserved - min(used, reserved)
 
     @property
     def advertised(self) -> list[str]:
