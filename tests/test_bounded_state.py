@@ -14,8 +14,9 @@ import pytest
 from tests.conftest import StackFactory
 from tooltrail import Host, LoopDetection, RunConfig, ToolCall, tool
 from tooltrail.detection import LoopDetector, operation_for
+from tooltrail.errors import ConfigurationError
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
-from tooltrail.text import canonical_json
+from tooltrail.text import canonical_json, too_many_calls
 
 FILE_BYTES = 380 * 1024
 
@@ -101,3 +102,54 @@ async def test_nine_outputs_of_240_kb_complete(
     assert sum(1 for p in posts if p.payload.get("output_ref")) >= 7, "past the budget: spilled"
     largest = max(len(e.SerializeToString()) for e in history.events)
     assert largest < RunConfig().inline_output_bytes * 2 + 64 * 1024
+
+
+@tool
+def count_me(n: int) -> str:
+    """Count a call."""
+    counted.append(n)
+    return str(n)
+
+
+counted: list[int] = []
+
+
+async def test_too_many_calls_are_refused_before_anything_runs(
+    stack: StackFactory, db_url: str
+) -> None:
+    counted.clear()
+    config = RunConfig(max_calls=3)
+    async with stack(Host([count_me]), database_url=db_url) as tt:
+        with pytest.raises(ConfigurationError) as raised:
+            await tt.start_turn(
+                [ToolCall(f"c{n}", "count_me", {"n": n}) for n in range(4)],
+                session_id="many",
+                config=config,
+            )
+        assert str(raised.value) == too_many_calls(4, 3)
+        assert await tt.store.turns(session_id="many") == []
+        turn = await tt.run_turn(
+            [ToolCall(f"c{n}", "count_me", {"n": n}) for n in range(3)],
+            session_id="many",
+            config=config,
+        )
+    assert [r.output for r in turn.results] == ["0", "1", "2"]
+    assert counted == [0, 1, 2]
+
+
+async def test_an_agent_turn_with_too_many_calls_runs_none(
+    stack: StackFactory, db_url: str
+) -> None:
+    counted.clear()
+    model = ScriptedModel(
+        [
+            tool_call_response(*[(f"c{n}", "count_me", {"n": n}) for n in range(4)]),
+            text_response("split it"),
+        ]
+    )
+    async with stack(Host([count_me], model=model), database_url=db_url) as tt:
+        result = await tt.run_agent("count", session_id="many-agent", config=RunConfig(max_calls=3))
+    assert result.text == "split it"
+    assert counted == []
+    answers = [m for m in model.requests[1].messages if m.role == "tool"]
+    assert [m.content for m in answers] == [too_many_calls(4, 3)] * 4

@@ -56,7 +56,7 @@ from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
 from tooltrail.telemetry import ensure_configured
-from tooltrail.text import nesting_exceeds
+from tooltrail.text import nesting_exceeds, too_many_calls
 from tooltrail.tools import Tool, ToolRegistry
 from tooltrail.wire import (
     AgentCarry,
@@ -424,14 +424,18 @@ class Tooltrail:
         no tool code.
 
         Raises:
-            ConfigurationError: ``turn_id`` was already used.
+            ConfigurationError: ``turn_id`` was already used, the calls are more than
+                ``config.max_calls``, or too large to start a turn.
         """
         turn_id = turn_id or f"turn-{uuid.uuid4()}"
+        config = config or RunConfig()
+        if len(calls) > config.max_calls:
+            raise ConfigurationError(too_many_calls(len(calls), config.max_calls))
         inp = TurnInput(
             session_id=session_id,
             calls=[_encodable(call) for call in calls],
             advertised=None if advertised is None else list(advertised),
-            config=config or RunConfig(),
+            config=config,
             ends_run=ends_run,
             rerun_of=rerun_of,
             shadow=shadow,

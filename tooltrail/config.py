@@ -8,10 +8,12 @@ from pydantic import BaseModel, Field
 
 from tooltrail.recovery import ExponentialBackoff, RecoveryStrategy
 
-__all__ = ["INLINE_OUTPUT_BYTES", "LARGE_OUTPUT_BYTES", "LoopDetection", "RunConfig"]
+__all__ = ["INLINE_OUTPUT_BYTES", "LARGE_OUTPUT_BYTES", "MAX_CALLS", "LoopDetection", "RunConfig"]
 
 LARGE_OUTPUT_BYTES = 256 * 1024
 """Default of ``RunConfig.large_output_bytes``."""
+MAX_CALLS = 1000
+"""Default of ``RunConfig.max_calls``."""
 INLINE_OUTPUT_BYTES = 512 * 1024
 """Default of ``RunConfig.inline_output_bytes``: an agent turn's last write carries its
 outputs twice (trail and conversation), and that must stay well under 2 MiB."""
@@ -47,6 +49,10 @@ class RunConfig(BaseModel):
     """Temporal heartbeat timeout of a tool attempt: how fast a lost worker is noticed."""
     infrastructure_retries: int = Field(default=5, ge=1)
     """Temporal attempts of one tool attempt after infrastructure failures (lost worker)."""
+    max_calls: int = Field(default=MAX_CALLS, ge=1)
+    """Tool calls one turn accepts. A turn with more is refused before anything runs (the
+    client raises; an agent turn answers every call with the error text), since each call
+    adds events to the turn's history and Temporal terminates a turn past ~50,000."""
     max_argument_bytes: int = Field(default=512 * 1024, gt=0)
     """A call whose arguments are larger is answered with a soft error and never dispatched:
     Temporal refuses payloads over 2 MiB, and a refused command would stall the turn."""

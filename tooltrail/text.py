@@ -74,6 +74,14 @@ BREAKER_OPEN = "tool temporarily unavailable: circuit breaker open"
 """The soft result of a call refused by an open circuit breaker (spec §11.3)."""
 
 
+def too_many_calls(count: int, limit: int) -> str:
+    """Text for a turn with more tool calls than ``RunConfig.max_calls`` (nothing runs)."""
+    return (
+        f"too many tool calls: the turn has {count}, at most {limit} are accepted per turn "
+        "(RunConfig.max_calls); none was run"
+    )
+
+
 def not_available(name: str) -> str:
     """Text for a call to a tool that was never advertised (spec §3.1)."""
     return f"tool '{name}' is not available"

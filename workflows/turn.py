@@ -31,6 +31,7 @@ from tooltrail.text import (
     invalid_arguments,
     nesting_exceeds,
     not_available,
+    too_many_calls,
 )
 from tooltrail.wire import (
     ApprovalInput,
@@ -52,6 +53,9 @@ from tooltrail.workflows.state import TrailState, TurnState
 from tooltrail.workflows.trail import Trail, json_size
 
 __all__ = ["TurnWorkflow"]
+
+_MAX_CALLS_PATCH = "tooltrail-max-calls"
+"""Turns with more calls than ``RunConfig.max_calls`` answer them all without running any."""
 
 _EVENT_INPUT_LIMIT = 64 * 1024
 """Bytes of a call's input recorded in its tool_call_received event before it is cut."""
@@ -332,6 +336,14 @@ class TurnWorkflow:
         slots: list[ToolDispatchResult | None] = [None] * len(inp.calls)
         batch: list[tuple[int, ToolCall, dict[str, Any]]] = []
         seen: set[str] = set()
+        limit = inp.config.max_calls
+        if len(inp.calls) > limit and workflow.patched(_MAX_CALLS_PATCH):
+            # Too many for one history (a model's runaway answer): nothing runs, and every
+            # call says why, so the model can split the work.
+            text = too_many_calls(len(inp.calls), limit)
+            for call in inp.calls:
+                finished.append(call.id)
+            return [_pre_answered(call, text) for call in inp.calls]
         for position, call in enumerate(inp.calls):
             if call.id in seen:
                 # Results pair with calls by id: a second call with the same id could not be

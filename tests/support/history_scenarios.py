@@ -293,6 +293,14 @@ async def model_turn(tt: Tooltrail) -> str:
     return result.turns[1]
 
 
+async def model_turn_too_many_calls(tt: Tooltrail) -> str:
+    # A model turn with more calls than RunConfig.max_calls: none runs (a patched path).
+    result = await tt.run_agent(
+        "go", session_id="hist-too-many", config=RunConfig(max_calls=2), turns_per_segment=1
+    )
+    return result.turns[0]
+
+
 async def parallel_model_turn(tt: Tooltrail) -> str:
     # A model turn whose calls the worker judged safe: they run in waves.
     result = await tt.run_agent(
@@ -464,6 +472,22 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
                         ("p4", "echo", {"text": "alone"}),
                     ),
                     text_response("napped"),
+                ]
+            ),
+        ),
+    ),
+    "model_turn_too_many_calls": (
+        model_turn_too_many_calls,
+        Host(
+            TOOLS,
+            model=ScriptedModel(
+                [
+                    tool_call_response(
+                        ("m1", "echo", {"text": "a"}),
+                        ("m2", "echo", {"text": "b"}),
+                        ("m3", "echo", {"text": "c"}),
+                    ),
+                    text_response("too many"),
                 ]
             ),
         ),
