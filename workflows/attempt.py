@@ -44,7 +44,7 @@ from tooltrail.workflows.approvals import Approvals
 from tooltrail.workflows.failures import infra_failed, raise_if_cancelled
 from tooltrail.workflows.recovery import Recovery
 from tooltrail.workflows.state import TurnState
-from tooltrail.workflows.trail import Trail, json_size
+from tooltrail.workflows.trail import Trail
 
 __all__ = ["CallPipeline"]
 
@@ -65,18 +65,6 @@ def _refusal(call: ToolCall, tool_name: str, text: str) -> ToolDispatchResult:
         duration_ms=0.0,
         resolved_tool_name=tool_name,
     )
-
-
-def output_size(output: Any) -> int:
-    """Bytes of an output as the activity measures it for the claim check (JSON, UTF-8)."""
-    if isinstance(output, list):
-        output = [
-            part.model_dump(mode="json") if hasattr(part, "model_dump") else part for part in output
-        ]
-    try:
-        return json_size(output)
-    except (ValueError, TypeError, RecursionError):
-        return 0
 
 
 class CallPipeline:
@@ -413,35 +401,18 @@ class CallPipeline:
         hooks_only: bool = False,
     ) -> AttemptOutcome:
         """Run one attempt as an activity; infrastructure failures become soft outcomes."""
-        inp = self._state.input
-        config = inp.config
-        meta = self._state.plan.tools.get(tool_name)
-        if meta is not None and meta.timeout_s is not None:
-            timeout = timedelta(seconds=meta.timeout_s) + _TIMEOUT_MARGIN
-        else:
-            timeout = timedelta(seconds=config.tool_timeout_s)
         await self._trail.checkpoint()  # a batch of the trail first, when one is due
         # The turn's inline budget: this attempt may keep at most ``reserved`` bytes of output
         # in history; a larger output goes to the database (the claim check) like a large one.
-        reserved = self._state.reserve_inline(config)
+        reserved = self._state.reserve_inline(self._state.input.config)
         try:
             outcome = await self._run_attempt(
-                call,
-                tool_name,
-                arguments,
-                attempt,
-                timeout,
-                large_output_bytes=max(1, reserved),
-                skip_pre_hooks=skip_pre_hooks,
-                hooks_only=hooks_only,
+                call, tool_name, arguments, attempt, max(1, reserved), skip_pre_hooks, hooks_only
             )
         except BaseException:
-            self._state.release_inline(reserved, 0)
+            self._state.release_inline(reserved)
             raise
-        inline = 0
-        if isinstance(outcome, Ran | ShadowServed) and not getattr(outcome, "output_ref", None):
-            inline = output_size(outcome.output)
-        self._state.release_inline(reserved, inline)
+        self._state.release_inline(reserved, outcome)
         return outcome
 
     async def _run_attempt(
@@ -450,8 +421,6 @@ class CallPipeline:
         tool_name: str,
         arguments: dict[str, Any],
         attempt: int,
-        close_timeout: timedelta,
-        *,
         large_output_bytes: int,
         skip_pre_hooks: bool,
         hooks_only: bool,
@@ -459,6 +428,10 @@ class CallPipeline:
         inp = self._state.input
         config = inp.config
         meta = self._state.plan.tools.get(tool_name)
+        if meta is not None and meta.timeout_s is not None:
+            timeout = timedelta(seconds=meta.timeout_s) + _TIMEOUT_MARGIN
+        else:
+            timeout = timedelta(seconds=config.tool_timeout_s)
         request = ExecuteAttempt(
             session_id=self._state.record.session_id,
             tool_call_id=call.id,
@@ -486,7 +459,7 @@ class CallPipeline:
                     TOOL_EXECUTE,
                     request,
                     result_type=ATTEMPT_OUTCOME,
-                    start_to_close_timeout=close_timeout,
+                    start_to_close_timeout=timeout,
                     retry_policy=retry,
                 )
             else:
@@ -494,7 +467,7 @@ class CallPipeline:
                     TOOL_EXECUTE,
                     request,
                     result_type=ATTEMPT_OUTCOME,
-                    start_to_close_timeout=close_timeout,
+                    start_to_close_timeout=timeout,
                     heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_s),
                     retry_policy=retry,
                 )

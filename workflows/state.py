@@ -8,19 +8,26 @@ Deterministic code only.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
 
 from tooltrail.config import RunConfig
 from tooltrail.detection import LoopDetector
 from tooltrail.memoize import MemoCache
 from tooltrail.wire import (
     ApprovalInput,
+    AttemptOutcome,
     AuditEvent,
     ConversationAppend,
     MemoryEntry,
     PendingApproval,
+    Ran,
     SessionState,
+    ShadowServed,
     TurnInput,
     TurnPlan,
     TurnRecord,
@@ -90,8 +97,11 @@ class TurnState:
         self.inline_used += reserved
         return reserved
 
-    def release_inline(self, reserved: int, used: int) -> None:
-        """Give back what an attempt reserved and did not keep inline."""
+    def release_inline(self, reserved: int, outcome: AttemptOutcome | None = None) -> None:
+        """Give back what an attempt reserved and its outcome did not keep inline."""
+        used = 0
+        if isinstance(outcome, Ran | ShadowServed) and not getattr(outcome, "output_ref", None):
+            used = _output_size(outcome.output)
         self.inline_used -= reserved - min(used, reserved)
 
     @property
@@ -124,3 +134,15 @@ class TurnState:
         return SessionState(
             version=self.session_version + 1, detector=self.detector, memo=self.memo
         )
+
+
+def _output_size(output: str | list[Any]) -> int:
+    """Bytes of an output as the activity measures it for the claim check (JSON, UTF-8)."""
+    value: Any = output
+    if not isinstance(output, str):
+        value = [p.model_dump(mode="json") if isinstance(p, BaseModel) else p for p in output]
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError):
+        return 0
+    return len(text.encode("utf-8"))
