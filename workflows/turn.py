@@ -26,7 +26,7 @@ from tooltrail.llm.messages import Message, ModelResponse, Usage
 from tooltrail.planner import CallVerdict, plan_waves
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.text import (
-    MAX_ARGUMENT_DEPTH,
+    argument_problem,
     duplicate_call_id,
     invalid_arguments,
     nesting_exceeds,
@@ -77,21 +77,6 @@ def _parse_arguments(arguments: dict[str, Any] | str) -> dict[str, Any] | str:
     if not isinstance(parsed, dict):
         return invalid_arguments(f"expected a JSON object, got {type(parsed).__name__}")
     return parsed
-
-
-def _argument_problem(arguments: dict[str, Any], max_bytes: int) -> str | None:
-    """Why the arguments cannot be dispatched, or ``None``."""
-    if nesting_exceeds(arguments):
-        return invalid_arguments(f"nested deeper than {MAX_ARGUMENT_DEPTH} levels")
-    try:
-        size = json_size(arguments)
-    except UnicodeEncodeError:
-        return invalid_arguments("contains text that is not valid Unicode (a lone surrogate)")
-    except (ValueError, RecursionError, TypeError) as exc:
-        return invalid_arguments(f"cannot be encoded as JSON ({type(exc).__name__})")
-    if size > max_bytes:
-        return invalid_arguments(f"{size} bytes of arguments; at most {max_bytes} are accepted")
-    return None
 
 
 def _safe_size(value: Any) -> int | None:
@@ -361,7 +346,7 @@ class TurnWorkflow:
                 slots[position] = _pre_answered(call, arguments)
                 finished.append(call.id)
                 continue
-            problem = _argument_problem(arguments, inp.config.max_argument_bytes)
+            problem = argument_problem(arguments, inp.config.max_argument_bytes)
             if problem is not None:
                 slots[position] = _pre_answered(call, problem)
                 finished.append(call.id)

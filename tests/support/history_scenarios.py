@@ -163,6 +163,23 @@ async def corrections(tt: Tooltrail) -> str:
     return turn.turn_id
 
 
+class ChangeToHidden:
+    """Answers a ToolChange to a tool the model was never offered (a refused correction)."""
+
+    async def analyze(self, ctx: ReflectionContext) -> Analysis:
+        return Analysis(is_recoverable=True, root_cause=ctx.error, correction=ToolChange("echo"))
+
+
+async def corrections_checked(tt: Tooltrail) -> str:
+    turn = await tt.run_turn(
+        [ToolCall("c1", "fails", {"reason": "x"})],
+        session_id="hist",
+        advertised=["fails"],
+        config=RunConfig(recovery=FixedDelay(1, 10)),
+    )
+    return turn.turn_id
+
+
 async def cancelled_during_tool(tt: Tooltrail) -> str:
     handle = await tt.start_turn(
         [ToolCall("c1", "echo", {"text": "first"}), ToolCall("c2", "slow", {})],
@@ -443,6 +460,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "recovery_backoff": (recovery_backoff, Host(TOOLS, reflector=AlwaysRecoverable())),
     "recovery_exhausted": (recovery_exhausted, Host(TOOLS, reflector=AlwaysRecoverable())),
     "corrections": (corrections, Host(TOOLS, reflector=FixThenSwitch())),
+    "corrections_checked": (corrections_checked, Host(TOOLS, reflector=ChangeToHidden())),
     "cancelled_during_tool": (cancelled_during_tool, Host(TOOLS)),
     "close_session": (close_session, Host(TOOLS)),
     "parallel_waves": (parallel_waves, Host(TOOLS)),
