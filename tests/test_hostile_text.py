@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ from tests.conftest import StackFactory
 from tests.support.cli_runner import run_cli
 from tooltrail import Host, RunConfig, ToolCall, tool
 from tooltrail.db.encoding import decode_json, decode_text, encode_json, encode_text, fit_name
+from tooltrail.errors import ConfigurationError
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 
 BINARY = "PK\x03\x04\x00\x00binary\x00tail"
@@ -111,3 +113,21 @@ async def test_an_agent_run_keeps_nul_outputs_and_long_ids(
     assert result.text == "read it"
     tool_message = model.requests[1].messages[-1]
     assert tool_message.role == "tool" and tool_message.content == BINARY
+
+
+async def test_session_and_turn_ids_the_database_cannot_hold_are_refused_at_start(
+    stack: StackFactory, db_url: str
+) -> None:
+    call = [ToolCall("c", "read_binary", {"path": "p"})]
+    async with stack(Host([read_binary]), database_url=db_url) as tt:
+        for options in (
+            {"session_id": "s" * 256},
+            {"session_id": "a\x00b"},
+            {"session_id": "ok", "turn_id": "t" * 300},
+        ):
+            with pytest.raises(ConfigurationError, match="ids must be 1 to 255 characters"):
+                await tt.start_turn(call, **options)  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match="session_id"):
+            await tt.start_agent("hi", session_id="x" * 300)
+        turn = await tt.run_turn(call, session_id="s" * 255)
+    assert turn.results[0].output == BINARY

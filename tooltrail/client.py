@@ -271,6 +271,24 @@ def _too_large(size: int) -> str:
     )
 
 
+_ID_LENGTH = 255
+"""The audit database's id columns (``turn``, ``session_state``, ...) hold this many characters."""
+
+
+def _check_id(kind: str, value: str) -> None:
+    """Refuse an id the audit database could not store as it is, before anything starts.
+
+    Session and turn ids come from the host (never the model), and name rows, scratch
+    directories and workflows: a clear error beats a turn whose trail cannot be written.
+    """
+    if len(value) > _ID_LENGTH or "\x00" in value or not value:
+        shown = repr(value[:40]) + ("..." if len(value) > 40 else "")
+        raise ConfigurationError(
+            f"{kind} {shown} cannot be used: ids must be 1 to {_ID_LENGTH} characters "
+            f"without NUL bytes ({len(value)} given)"
+        )
+
+
 class StuckTurn(BaseModel):
     """A turn whose workflow task failed again and again."""
 
@@ -428,6 +446,8 @@ class Tooltrail:
                 ``config.max_calls``, or too large to start a turn.
         """
         turn_id = turn_id or f"turn-{uuid.uuid4()}"
+        _check_id("session_id", session_id)
+        _check_id("turn_id", turn_id)
         config = config or RunConfig()
         if len(calls) > config.max_calls:
             raise ConfigurationError(too_many_calls(len(calls), config.max_calls))
@@ -614,6 +634,8 @@ class Tooltrail:
         )
         config = config or RunConfig()
         run_id = run_id or f"run-{uuid.uuid4()}"
+        _check_id("session_id", session_id)
+        _check_id("run_id", run_id)
         inp = AgentRunInput(
             session_id=session_id,
             messages=opening,
