@@ -37,10 +37,12 @@ def nul_texts() -> st.SearchStrategy[str]:
     return st.text(st.sampled_from(["\x00", "a", "$", "t", ":", "é", "h", "j", "s", "o", "n"]))
 
 
+def containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.lists(inner, max_size=3) | st.dictionaries(nul_texts(), inner, max_size=3)
+
+
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | nul_texts(),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(nul_texts(), inner, max_size=3),
-    max_leaves=12,
+    st.none() | st.booleans() | st.integers() | nul_texts(), containers, max_leaves=12
 )
 
 
