@@ -16,6 +16,7 @@ from tooltrail import Host, LoopDetection, RunConfig, ToolCall, tool
 from tooltrail.detection import LoopDetector, operation_for
 from tooltrail.errors import ConfigurationError
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
+from tooltrail.memoize import MEMO_CACHE_BYTES, MemoizingMiddleware
 from tooltrail.text import canonical_json, too_many_calls
 
 FILE_BYTES = 380 * 1024
@@ -153,3 +154,30 @@ async def test_an_agent_turn_with_too_many_calls_runs_none(
     assert counted == []
     answers = [m for m in model.requests[1].messages if m.role == "tool"]
     assert [m.content for m in answers] == [too_many_calls(4, 3)] * 4
+
+
+@tool
+def fetch(page: int) -> str:
+    """Return 100 KB of a page (memoized)."""
+    fetched.append(page)
+    return str(page % 10) * 100_000
+
+
+fetched: list[int] = []
+
+
+async def test_the_memo_cache_keeps_the_session_small(stack: StackFactory, db_url: str) -> None:
+    fetched.clear()
+    host = Host([fetch], middleware=[MemoizingMiddleware(["fetch"], ttl_turns=100)])
+    async with stack(host, database_url=db_url) as tt:
+        for page in range(6):
+            await tt.run_turn([ToolCall(f"p{page}", "fetch", {"page": page})], session_id="memo")
+        again = await tt.run_turn(
+            [ToolCall("new", "fetch", {"page": 5}), ToolCall("old", "fetch", {"page": 0})],
+            session_id="memo",
+        )
+        state = await tt.store.session_state("memo")
+    assert len(json.dumps(state.model_dump(mode="json"))) <= MEMO_CACHE_BYTES + 16 * 1024
+    assert again.results[0].output.endswith("[cached]"), "the newest entries stay"
+    assert not again.results[1].output.endswith("[cached]"), "the oldest went first"
+    assert fetched == [0, 1, 2, 3, 4, 5, 0]

@@ -20,7 +20,7 @@ from tooltrail.detection import LoopCheck, operation_for
 from tooltrail.envelopes import open_outcome
 from tooltrail.errors import LoopDetected, ToolRecoveryExhausted
 from tooltrail.hooks import HookDecision
-from tooltrail.memoize import with_cached_marker
+from tooltrail.memoize import MEMO_CACHE_BYTES, with_cached_marker
 from tooltrail.recovery import MAX_RECOVERY_ATTEMPTS
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.text import BREAKER_OPEN, canonical_json, render_text, stable_hash, trajectory
@@ -47,6 +47,9 @@ from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
 
 __all__ = ["CallPipeline"]
+
+_MEMO_BUDGET_PATCH = "tooltrail-memo-budget"
+"""The session's memo cache keeps at most ``MEMO_CACHE_BYTES`` of outputs."""
 
 # Margin on top of a tool's own timeout, so the tool's soft timeout text wins over Temporal's.
 _TIMEOUT_MARGIN = timedelta(seconds=30)
@@ -289,6 +292,8 @@ class CallPipeline:
             turn=state.session_version,
             paths=paths,
         )
+        if state.memo.over(MEMO_CACHE_BYTES) and workflow.patched(_MEMO_BUDGET_PATCH):
+            state.memo.trim(MEMO_CACHE_BYTES)  # session state stays small (oldest go first)
 
     def _post_event(
         self,

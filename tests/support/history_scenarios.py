@@ -180,6 +180,21 @@ async def corrections_checked(tt: Tooltrail) -> str:
     return turn.turn_id
 
 
+@tool
+def page(n: int) -> str:
+    """Return 90,000 characters."""
+    return str(n) * 90_000
+
+
+async def memo_budget(tt: Tooltrail) -> str:
+    # Memoized outputs past MEMO_CACHE_BYTES: the oldest entries leave the cache (patched).
+    turn = await tt.run_turn(
+        [ToolCall(f"m{n}", "page", {"n": n}) for n in range(3)],
+        session_id="hist-memo-budget",
+    )
+    return turn.turn_id
+
+
 async def cancelled_during_tool(tt: Tooltrail) -> str:
     handle = await tt.start_turn(
         [ToolCall("c1", "echo", {"text": "first"}), ToolCall("c2", "slow", {})],
@@ -516,6 +531,10 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
             TOOLS,
             model=agent_model(),
         ),
+    ),
+    "memo_budget": (
+        memo_budget,
+        Host([*TOOLS, page], middleware=[MemoizingMiddleware(["page"])]),
     ),
     "breaker_and_memo": (
         breaker_and_memo,
