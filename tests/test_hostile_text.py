@@ -15,11 +15,13 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import select
 
 from tests.conftest import StackFactory
 from tests.support.cli_runner import run_cli
-from tooltrail import Host, RunConfig, ToolCall, tool
+from tooltrail import CircuitBreaker, Host, RunConfig, ToolCall, tool
 from tooltrail.db.encoding import decode_json, decode_text, encode_json, encode_text, fit_name
+from tooltrail.db.orm import ToolHealthRow
 from tooltrail.errors import ConfigurationError
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 
@@ -133,3 +135,20 @@ async def test_session_and_turn_ids_the_database_cannot_hold_are_refused_at_star
             await tt.start_agent("hi", session_id="x" * 300)
         turn = await tt.run_turn(call, session_id="s" * 255)
     assert turn.results[0].output == BINARY
+
+
+async def test_the_breaker_keeps_health_for_names_its_column_cannot_hold(
+    stack: StackFactory, db_url: str
+) -> None:
+    long_name, nul_name = "y" * 300, "a\x00b"
+    host = Host([read_binary], circuit_breaker=CircuitBreaker(failure_threshold=2))
+    async with stack(host, database_url=db_url) as tt:
+        turn = await tt.run_turn(
+            [ToolCall("c1", long_name, {}), ToolCall("c2", nul_name, {})],
+            session_id="hostile-health",
+            advertised=["read_binary", long_name, nul_name],
+        )
+        async with tt.store.engine.connect() as conn:
+            names = (await conn.execute(select(ToolHealthRow.tool_name))).scalars().all()
+    assert all(r.is_error for r in turn.results)
+    assert len(names) == 2 and all(len(n) <= 255 and "\x00" not in n for n in names)

@@ -126,7 +126,8 @@ class ToolHealthRow(Base):
     __tablename__ = "tool_health"
     __table_args__ = (CheckConstraint("state IN ('closed', 'open', 'half_open')", name="state"),)
 
-    tool_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    # The requested name (a caller may advertise any): one that does not fit is a stand-in.
+    tool_name: Mapped[str] = mapped_column(SafeString(255), primary_key=True)
     state: Mapped[str] = mapped_column(String(16), default="closed")
     consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
     last_failure_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
