@@ -48,8 +48,9 @@ from tooltrail.workflows.trail import Trail
 
 __all__ = ["CallPipeline"]
 
+# Bounded state: a turn's inline output budget (TurnState) and the memo cache's MEMO_CACHE_BYTES.
+_INLINE_BUDGET_PATCH = "tooltrail-inline-budget"
 _MEMO_BUDGET_PATCH = "tooltrail-memo-budget"
-"""The session's memo cache keeps at most ``MEMO_CACHE_BYTES`` of outputs."""
 
 # Margin on top of a tool's own timeout, so the tool's soft timeout text wins over Temporal's.
 _TIMEOUT_MARGIN = timedelta(seconds=30)
@@ -409,10 +410,14 @@ class CallPipeline:
         await self._trail.checkpoint()  # a batch of the trail first, when one is due
         # The turn's inline budget: this attempt may keep at most ``reserved`` bytes of output
         # in history; a larger output goes to the database (the claim check) like a large one.
-        reserved = self._state.reserve_inline(self._state.input.config)
+        config = self._state.input.config
+        reserved = self._state.reserve_inline(config)
+        limit = config.large_output_bytes
+        if reserved != limit and workflow.patched(_INLINE_BUDGET_PATCH):
+            limit = max(1, reserved)
         try:
             outcome = await self._run_attempt(
-                call, tool_name, arguments, attempt, max(1, reserved), skip_pre_hooks, hooks_only
+                call, tool_name, arguments, attempt, limit, skip_pre_hooks, hooks_only
             )
         except BaseException:
             self._state.release_inline(reserved)

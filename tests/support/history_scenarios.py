@@ -195,6 +195,16 @@ async def memo_budget(tt: Tooltrail) -> str:
     return turn.turn_id
 
 
+async def inline_budget(tt: Tooltrail) -> str:
+    # Outputs past RunConfig.inline_output_bytes go to the database (patched).
+    turn = await tt.run_turn(
+        [ToolCall(f"i{n}", "echo", {"text": str(n) * 600}) for n in range(3)],
+        session_id="hist-inline-budget",
+        config=RunConfig(inline_output_bytes=1000),
+    )
+    return turn.turn_id
+
+
 async def cancelled_during_tool(tt: Tooltrail) -> str:
     handle = await tt.start_turn(
         [ToolCall("c1", "echo", {"text": "first"}), ToolCall("c2", "slow", {})],
@@ -532,6 +542,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
             model=agent_model(),
         ),
     ),
+    "inline_budget": (inline_budget, Host(TOOLS)),
     "memo_budget": (
         memo_budget,
         Host([*TOOLS, page], middleware=[MemoizingMiddleware(["page"])]),
