@@ -41,6 +41,7 @@ from tooltrail.middleware import (
     run_pipeline,
 )
 from tooltrail.observers import deliver
+from tooltrail.redaction import redact_flush, redact_value
 from tooltrail.replays import NOT_RECORDED
 from tooltrail.scratch import ScratchDirs
 from tooltrail.telemetry import record_breaker_state, record_call, record_retry, tool_span
@@ -213,21 +214,13 @@ class Recorder:
         self.redactors = list(redactors)
 
     def _redacted(self, flush: Flush) -> Flush:
-        # Secrets the host redacts for the model must not land in the audit trail either
-        # (the call's input included), nor reach the observers.
-        events = []
-        for event in flush.events:
-            payload: Any = event.payload
-            for redactor in self.redactors:
-                payload = redactor.redact_value(payload)
-            events.append(event.model_copy(update={"payload": payload}))
-        memory = []
-        for entry in flush.memory:
-            content = entry.content
-            for redactor in self.redactors:
-                content = redactor.redact_text(content)
-            memory.append(entry.model_copy(update={"content": content}))
-        return flush.model_copy(update={"events": events, "memory": memory})
+        # Secrets the host redacts for the model must not land in the audit database either
+        # (the call's input, the turn's error, the session's state), nor reach the observers.
+        return redact_flush(flush, self.redactors)
+
+    async def put_blob(self, key: str, value: Any, size: int) -> None:
+        """Store a large output or raw value, redacted as the audit trail is."""
+        await self.store.put_blob(key, redact_value(value, self.redactors), size)
 
     async def write(self, flush: Flush | None, *, must_persist: bool = False) -> bool:
         """Write (then deliver) the records; return False when the database write failed.
@@ -509,7 +502,7 @@ class ToolActivities:
             return {"output": output}
         text = render_text(output)
         key = hashlib.sha256(encoded.encode("utf-8")).hexdigest()
-        await self.recorder.store.put_blob(key, to_jsonable_python(output), len(encoded))
+        await self.recorder.put_blob(key, to_jsonable_python(output), len(encoded))
         return {
             "output": "",
             "output_ref": key,
@@ -528,7 +521,7 @@ class ToolActivities:
         encoded = json.dumps(data.get("value"), ensure_ascii=False)
         if limit > 0 and len(encoded.encode("utf-8")) > limit:
             key = hashlib.sha256(encoded.encode("utf-8")).hexdigest()
-            await self.recorder.store.put_blob(key, data["value"], len(encoded))
+            await self.recorder.put_blob(key, data["value"], len(encoded))
             data["value"] = None
             data["value_ref"] = key
         return data

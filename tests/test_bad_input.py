@@ -55,14 +55,27 @@ async def double(n: int) -> str:
 TOOLS = {"echo", "double"}
 
 
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def bad_input_db(request: pytest.FixtureRequest) -> str:
+    """The module's database: every bad input runs on SQLite and on PostgreSQL, which
+    refuses text SQLite takes (NUL bytes, strings over a column's length)."""
+    if request.param == "sqlite":
+        return "sqlite"
+    return str(request.getfixturevalue("postgres_url"))
+
+
 @pytest.fixture(scope="module")
 async def tt(
-    temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
+    bad_input_db: str, temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Tooltrail]:
-    """One worker and client for the whole module, on the shared dev server."""
+    """One worker and client per database for the whole module, on the shared dev server."""
     base = tmp_path_factory.mktemp("bad-input")
-    url = f"sqlite:///{base / 'audit.db'}"
-    await upgrade(url)
+    url = bad_input_db
+    if url == "sqlite":
+        url = f"sqlite:///{base / 'audit.db'}"
+        await upgrade(url)
     store = AuditStore(url)
     host = Host([echo, double])
     task_queue = f"tq-bad-input-{uuid.uuid4()}"
@@ -308,10 +321,48 @@ async def finish(tt: Tooltrail, calls: list[ToolCall], config: RunConfig) -> lis
             await waiting
     if problem is None:
         try:
-            return list(waiting.result().results)
+            results = list(waiting.result().results)
         except TurnError as exc:
             problem = f"the turn failed: {type(exc).__name__}: {exc}"
+        else:
+            await check_trail(tt, handle.turn_id, calls, results)
+            return results
     pytest.fail(f"turn {handle.turn_id} did not finish cleanly: {problem}")
+
+
+def has_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(has_float(item) for item in value.values())
+    if isinstance(value, list):
+        return any(has_float(item) for item in value)
+    return False
+
+
+async def check_trail(
+    tt: Tooltrail, turn_id: str, calls: list[ToolCall], results: list[ToolDispatchResult]
+) -> None:
+    """The trail in SQL says what the caller got: the turn completed, every call received,
+    every result that ran recorded exactly (NUL bytes and long ids included)."""
+    __tracebackhide__ = True
+    record = await tt.store.turn(turn_id)
+    assert record is not None and record.status == "completed", record
+    events = await tt.audit(turn_id)
+    received = [(e.tool_call_id, e.tool_name) for e in events if e.kind == "tool_call_received"]
+    assert received == [(c.id, c.name) for c in calls]
+    receipts = [e for e in events if e.kind == "tool_call_received"]
+    for event, call in zip(receipts, calls, strict=True):
+        if "input_bytes" not in event.payload:
+            recorded = event.payload["input"]
+            # Deep inputs are kept as JSON text; PostgreSQL's JSONB keeps numbers as decimals,
+            # so a float may read back as an equal-looking integer: compare the rest exactly.
+            if type(recorded) is type(call.arguments) and not has_float(call.arguments):
+                assert recorded == call.arguments
+    posts = {e.tool_call_id: e.payload for e in events if e.kind == "tool_post"}
+    for result in results:
+        if result.tool_call_id in posts and not result.is_error:
+            assert posts[result.tool_call_id]["output"] == result.output
 
 
 @settings(
@@ -353,6 +404,17 @@ EDGE_CASES = {
     "huge-name": ToolCall("c", "n" * HUGE, {}),
     "unicode-name": ToolCall("c", "échö-🔧", {"text": "a"}),
     "empty-name": ToolCall("c", "", ""),
+    # Text PostgreSQL refuses where SQLite takes it: NUL bytes, strings over a column.
+    "nul-in-dict-argument": ToolCall("c", "echo", {"text": "bin\x00ary"}),
+    "nul-in-argument-key": ToolCall("c", "echo", {"text": "a", "k\x00y": 1}),
+    "nul-in-call-id": ToolCall("c\x00d", "echo", {"text": "a"}),
+    "nul-in-unknown-name": ToolCall("c", "ec\x00ho", {"text": "a"}),
+    "long-call-id": ToolCall("i" * 300, "echo", {"text": "a"}),
+    "long-call-id-unknown-name": ToolCall("j" * 5000, "n" * 300, {}),
+    "marker-lookalike": ToolCall(
+        "c", "echo", {"text": "$tt:json:x", "m": {"$tt:nul": ["a", "b"]}, "$tt:columns": 1}
+    ),
+    "marker-lookalike-id": ToolCall("$tt:h:" + "0" * 32 + ":x", "$tt:h:y", {}),
 }
 
 # Inputs that leave the turn stuck today (workflow task failing forever) or make the client

@@ -1,4 +1,7 @@
-"""Large outputs stay out of workflow history (claim check); the model still gets them."""
+"""Large outputs stay out of workflow history (claim check); the model still gets them.
+
+On SQLite and PostgreSQL (``db_url``): the stored copies go through the database.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +20,8 @@ def dump(size: int = FIVE_MIB) -> str:
     return ("0123456789abcdef" * (size // 16 + 1))[:size]
 
 
-async def test_a_five_mib_output(stack: StackFactory) -> None:
-    async with stack(Host([dump])) as tt:
+async def test_a_five_mib_output(stack: StackFactory, db_url: str) -> None:
+    async with stack(Host([dump]), database_url=db_url) as tt:
         turn = await tt.run_turn(
             [
                 ToolCall("big", "dump", {}),
@@ -41,31 +44,33 @@ async def test_a_five_mib_output(stack: StackFactory) -> None:
     assert first.content.endswith("\u2026") and len(first.content) < 600
 
 
-async def test_the_output_limit_cut_still_applies(stack: StackFactory) -> None:
-    async with stack(Host([dump], middleware=[OutputLimitMiddleware(100)])) as tt:
+async def test_the_output_limit_cut_still_applies(stack: StackFactory, db_url: str) -> None:
+    async with stack(
+        Host([dump], middleware=[OutputLimitMiddleware(100)]), database_url=db_url
+    ) as tt:
         turn = await tt.run_turn([ToolCall("big", "dump", {})], session_id="large-2")
     assert len(turn.results[0].output) == 100
     assert turn.results[0].output.endswith("\n[truncated]")
 
 
-async def test_an_agent_reads_a_large_result(stack: StackFactory) -> None:
+async def test_an_agent_reads_a_large_result(stack: StackFactory, db_url: str) -> None:
     model = ScriptedModel(
         [tool_call_response(("c1", "dump", {"size": 400_000})), text_response("read it")]
     )
-    async with stack(Host([dump], model=model)) as tt:
+    async with stack(Host([dump], model=model), database_url=db_url) as tt:
         result = await tt.run_agent("dump it", session_id="large-3")
     assert result.text == "read it"
     tool_message = model.requests[1].messages[-1]
     assert tool_message.role == "tool" and len(tool_message.content) == 400_000
 
 
-async def test_oversized_arguments_get_a_clear_soft_error(stack: StackFactory) -> None:
+async def test_oversized_arguments_get_a_clear_soft_error(stack: StackFactory, db_url: str) -> None:
     @tool
     def take(blob: str) -> int:
         return len(blob)
 
     huge = "x" * (700 * 1024)
-    async with stack(Host([take])) as tt:
+    async with stack(Host([take]), database_url=db_url) as tt:
         turn = await tt.run_turn(
             [ToolCall("big", "take", {"blob": huge}), ToolCall("ok", "take", {"blob": "abc"})],
             session_id="large-4",
@@ -79,20 +84,20 @@ async def test_oversized_arguments_get_a_clear_soft_error(stack: StackFactory) -
     assert received.payload["input_bytes"] > 700 * 1024
 
 
-async def test_many_large_inputs_flush_in_pieces(stack: StackFactory) -> None:
+async def test_many_large_inputs_flush_in_pieces(stack: StackFactory, db_url: str) -> None:
     @tool
     def take(blob: str) -> int:
         return len(blob)
 
     calls = [ToolCall(f"c{i}", "take", {"blob": str(i % 10) * 60_000}) for i in range(20)]
-    async with stack(Host([take])) as tt:
+    async with stack(Host([take]), database_url=db_url) as tt:
         turn = await tt.run_turn(calls, session_id="large-5")
         events = await tt.audit(turn.turn_id)
     assert [r.output for r in turn.results] == ["60000"] * 20
     assert [e.seq for e in events] == list(range(len(events)))
 
 
-async def test_a_turn_too_large_to_start_says_so(stack: StackFactory) -> None:
+async def test_a_turn_too_large_to_start_says_so(stack: StackFactory, db_url: str) -> None:
     from tooltrail import ConfigurationError
 
     @tool
@@ -100,7 +105,7 @@ async def test_a_turn_too_large_to_start_says_so(stack: StackFactory) -> None:
         return len(blob)
 
     calls = [ToolCall(f"c{i}", "take", {"blob": "y" * 500_000}) for i in range(6)]
-    async with stack(Host([take])) as tt:
+    async with stack(Host([take]), database_url=db_url) as tt:
         with pytest.raises(ConfigurationError, match="too large to start it"):
             await tt.run_turn(calls, session_id="large-6")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -48,6 +50,55 @@ verdicts = st.lists(
     ),
     max_size=30,
 )
+
+
+def reference_plan(verdicts: list[CallVerdict]) -> list[list[int]]:
+    """The spec's rule as written (quadratic): the O(n) planner must plan exactly so."""
+    waves: list[list[int]] = []
+    keys: list[set[str]] = []
+    is_open: list[bool] = []
+    for position, verdict in enumerate(verdicts):
+        if not verdict.safe:
+            waves.append([position])
+            keys.append(set())
+            is_open.append(False)
+            continue
+        target = next(
+            (
+                w
+                for w in range(len(waves))
+                if is_open[w] and (verdict.key is None or verdict.key not in keys[w])
+            ),
+            None,
+        )
+        if target is None:
+            waves.append([])
+            keys.append(set())
+            is_open.append(True)
+            target = len(waves) - 1
+        waves[target].append(position)
+        if verdict.key is not None:
+            keys[target].add(verdict.key)
+    return waves
+
+
+@given(verdicts)
+def test_the_planner_plans_as_the_spec_rule(calls: list[CallVerdict]) -> None:
+    assert plan_waves(calls) == reference_plan(calls)
+
+
+def test_ten_thousand_calls_plan_well_inside_the_deadlock_detector() -> None:
+    mixed = [
+        UNSAFE if i % 7 == 0 else safe(None if i % 3 == 0 else f"k{i % 50}") for i in range(10_000)
+    ]
+    one_key = [safe("same")] * 10_000
+    for calls in (mixed, one_key, [safe()] * 10_000, [safe(f"k{i}") for i in range(10_000)]):
+        started = time.perf_counter()
+        plan = plan_waves(calls)
+        elapsed = time.perf_counter() - started
+        assert elapsed < 0.2, f"{elapsed:.3f} s for 10,000 calls"
+        assert sum(len(wave) for wave in plan) == 10_000
+    assert plan_waves(mixed[:500]) == reference_plan(mixed[:500])
 
 
 @given(verdicts)

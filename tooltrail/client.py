@@ -67,7 +67,7 @@ from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
 from tooltrail.signatures import ApprovalStatement, SignedApproval, arguments_digest
 from tooltrail.telemetry import ensure_configured
-from tooltrail.text import nesting_exceeds
+from tooltrail.text import nesting_exceeds, too_many_calls
 from tooltrail.tools import Tool, ToolRegistry, UnknownToolError
 from tooltrail.verify import VerifyReport, verify_turn
 from tooltrail.wire import (
@@ -402,6 +402,24 @@ def _too_large(size: int) -> str:
     )
 
 
+_ID_LENGTH = 255
+"""The audit database's id columns (``turn``, ``session_state``, ...) hold this many characters."""
+
+
+def _check_id(kind: str, value: str) -> None:
+    """Refuse an id the audit database could not store as it is, before anything starts.
+
+    Session and turn ids come from the host (never the model), and name rows, scratch
+    directories and workflows: a clear error beats a turn whose trail cannot be written.
+    """
+    if len(value) > _ID_LENGTH or "\x00" in value or not value:
+        shown = repr(value[:40]) + ("..." if len(value) > 40 else "")
+        raise ConfigurationError(
+            f"{kind} {shown} cannot be used: ids must be 1 to {_ID_LENGTH} characters "
+            f"without NUL bytes ({len(value)} given)"
+        )
+
+
 class StuckTurn(BaseModel):
     """A turn whose workflow task failed again and again."""
 
@@ -555,14 +573,20 @@ class Tooltrail:
         no tool code.
 
         Raises:
-            ConfigurationError: ``turn_id`` was already used.
+            ConfigurationError: ``turn_id`` was already used, the calls are more than
+                ``config.max_calls``, or too large to start a turn.
         """
         turn_id = turn_id or f"turn-{uuid.uuid4()}"
+        _check_id("session_id", session_id)
+        _check_id("turn_id", turn_id)
+        config = config or RunConfig()
+        if len(calls) > config.max_calls:
+            raise ConfigurationError(too_many_calls(len(calls), config.max_calls))
         inp = TurnInput(
             session_id=session_id,
             calls=[_encodable(call) for call in calls],
             advertised=None if advertised is None else list(advertised),
-            config=config or RunConfig(),
+            config=config,
             ends_run=ends_run,
             rerun_of=rerun_of,
             shadow=shadow,
@@ -741,6 +765,8 @@ class Tooltrail:
         )
         config = config or RunConfig()
         run_id = run_id or f"run-{uuid.uuid4()}"
+        _check_id("session_id", session_id)
+        _check_id("run_id", run_id)
         inp = AgentRunInput(
             session_id=session_id,
             messages=opening,

@@ -8,10 +8,15 @@ from pydantic import BaseModel, Field, field_validator
 
 from tooltrail.recovery import ExponentialBackoff, RecoveryStrategy, as_strategy
 
-__all__ = ["LARGE_OUTPUT_BYTES", "LoopDetection", "RunConfig"]
+__all__ = ["INLINE_OUTPUT_BYTES", "LARGE_OUTPUT_BYTES", "MAX_CALLS", "LoopDetection", "RunConfig"]
 
 LARGE_OUTPUT_BYTES = 256 * 1024
 """Default of ``RunConfig.large_output_bytes``."""
+MAX_CALLS = 1000
+"""Default of ``RunConfig.max_calls``."""
+INLINE_OUTPUT_BYTES = 512 * 1024
+"""Default of ``RunConfig.inline_output_bytes``: an agent turn's last write carries its
+outputs twice (trail and conversation), and that must stay well under 2 MiB."""
 
 
 class LoopDetection(BaseModel):
@@ -46,12 +51,21 @@ class RunConfig(BaseModel):
     """Temporal heartbeat timeout of a tool attempt: how fast a lost worker is noticed."""
     infrastructure_retries: int = Field(default=5, ge=1)
     """Temporal attempts of one tool attempt after infrastructure failures (lost worker)."""
+    max_calls: int = Field(default=MAX_CALLS, ge=1)
+    """Tool calls one turn accepts. A turn with more is refused before anything runs (the
+    client raises; an agent turn answers every call with the error text), since each call
+    adds events to the turn's history and Temporal terminates a turn past ~50,000."""
     max_argument_bytes: int = Field(default=512 * 1024, gt=0)
     """A call whose arguments are larger is answered with a soft error and never dispatched:
     Temporal refuses payloads over 2 MiB, and a refused command would stall the turn."""
     large_output_bytes: int = Field(default=LARGE_OUTPUT_BYTES, ge=0)
     """Outputs above this size stay out of workflow history: the database keeps them and
     the history carries a reference (0 disables)."""
+    inline_output_bytes: int = Field(default=INLINE_OUTPUT_BYTES, ge=0)
+    """Bytes of tool output one turn keeps in its workflow history, all calls together.
+    Past it every further output goes to the database as a large one does, whatever its
+    size: a turn's outputs travel together in its last trail record and its result, and
+    Temporal refuses payloads over 2 MiB (0 sends every output to the database)."""
     interactive: bool = False
     """A hook's ``Ask`` waits for a human's approval (a Temporal Update) instead of refusing."""
     approval_timeout_s: float = Field(default=3600.0, gt=0)

@@ -30,15 +30,34 @@ from tooltrail.text import canonical_json, stable_hash
 
 __all__ = [
     "DEFAULT_SUGGESTION",
+    "PARAM_TEXT_LIMIT",
     "LoopCheck",
     "LoopDetector",
     "Operation",
+    "bounded_param",
     "operation_for",
     "primary_value",
 ]
 
 DEFAULT_SUGGESTION = "Consider a different approach or tool."
 """Tail of the host warning when the tool signature offers no suggestion (spec §10.3)."""
+
+PARAM_TEXT_LIMIT = 256
+"""Characters of a param the window keeps; a longer one is kept as its head and a digest.
+
+The window is session state: it rides in activity payloads and the ``session_state`` row,
+so it must stay small whatever the calls (a 380 KB file write must not brick the session).
+Identity is unchanged: two params share a bounded form only if they are equal (up to a
+64-bit digest collision); the messages of a param within the limit read as the spec says.
+"""
+
+
+def bounded_param(param: str) -> str:
+    """Return ``param``, or its first characters, ``…#`` and its digest if it is too long."""
+    if len(param) <= PARAM_TEXT_LIMIT:
+        return param
+    digest = stable_hash(param) or ""
+    return f"{param[: PARAM_TEXT_LIMIT - len(digest) - 2]}\u2026#{digest}"
 
 
 class Operation(BaseModel):
@@ -52,9 +71,15 @@ class Operation(BaseModel):
     tool: str
     """The requested tool name of the attempt."""
     param: str
-    """The primary parameter, or the canonical JSON of the whole input."""
+    """The primary parameter, or the canonical JSON of the whole input (``bounded_param``)."""
     result_hash: str | None
     """``stable_hash(render_text(output))``; ``None`` for empty output text."""
+
+    @field_validator("param")
+    @classmethod
+    def _bounded(cls, value: str) -> str:
+        # Also bounds windows saved before params were bounded, as they are loaded.
+        return bounded_param(value)
 
     @property
     def pattern(self) -> str:

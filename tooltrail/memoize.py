@@ -18,7 +18,20 @@ from pydantic import BaseModel, Field
 from tooltrail.results import Part, TextPart
 from tooltrail.text import canonical_json, stable_hash
 
-__all__ = ["MemoCache", "MemoEntry", "MemoPlan", "MemoizingMiddleware", "with_cached_marker"]
+__all__ = [
+    "MEMO_CACHE_BYTES",
+    "MemoCache",
+    "MemoEntry",
+    "MemoPlan",
+    "MemoizingMiddleware",
+    "with_cached_marker",
+]
+
+MEMO_CACHE_BYTES = 256 * 1024
+"""Bytes of outputs a session's cache keeps at most; the oldest entries go first beyond it.
+
+The cache is session state: it rides in every turn's plan and final write, so it must stay
+small whatever the calls (ten 240 KB lookups must not brick the session)."""
 
 
 class MemoizingMiddleware:
@@ -103,6 +116,13 @@ class MemoEntry(BaseModel):
     paths: list[str] = Field(default_factory=list)
 
 
+def _size(entry: MemoEntry) -> int:
+    """Characters of an entry's output (text, or the parts' JSON): a cheap, stable measure."""
+    if isinstance(entry.output, str):
+        return len(entry.output)
+    return sum(len(part.model_dump_json()) for part in entry.output)
+
+
 def _key(arguments: dict[str, Any]) -> str:
     return stable_hash(canonical_json(arguments)) or ""
 
@@ -161,6 +181,20 @@ class MemoCache(BaseModel):
                 paths=paths,
             )
         )
+
+    def over(self, max_bytes: int) -> bool:
+        """Whether the entries' outputs hold more than ``max_bytes``."""
+        return sum(_size(entry) for entry in self.entries) > max_bytes
+
+    def trim(self, max_bytes: int) -> None:
+        """Drop the oldest entries until the outputs hold at most ``max_bytes``."""
+        sizes = [_size(entry) for entry in self.entries]
+        total = sum(sizes)
+        start = 0
+        while total > max_bytes and start < len(sizes):
+            total -= sizes[start]
+            start += 1
+        del self.entries[:start]
 
     def written(self, plan: MemoPlan, tool: str, paths: list[str]) -> None:
         """A successful write: evict the entries whose paths intersect its own."""

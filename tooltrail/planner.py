@@ -29,31 +29,28 @@ def plan_waves(verdicts: Sequence[CallVerdict]) -> list[list[int]]:
     Unsafe calls are singleton waves, born closed. A safe call joins the earliest open wave
     that does not hold its key, else opens a new wave; open waves never close. Inside a wave,
     positions keep the model's order.
+
+    O(n) for n calls (a 10,000-call turn plans in milliseconds, far inside Temporal's 2 s
+    deadlock detector): the open waves that hold a key are always the first ones, since a
+    call with that key goes to the earliest open wave without it and new waves open at the
+    end, so "the earliest open wave without key k" is the open wave at index
+    ``holding[k]``.
     """
     waves: list[list[int]] = []
-    keys: list[set[str]] = []
-    is_open: list[bool] = []
+    open_waves: list[int] = []
+    """Indices in ``waves`` of the open waves, in creation order."""
+    holding: dict[str, int] = {}
+    """How many open waves (the first ones) hold each key."""
     for position, verdict in enumerate(verdicts):
         if not verdict.safe:
             waves.append([position])
-            keys.append(set())
-            is_open.append(False)
             continue
         key = verdict.key
-        target = next(
-            (
-                wave
-                for wave in range(len(waves))
-                if is_open[wave] and (key is None or key not in keys[wave])
-            ),
-            None,
-        )
-        if target is None:
+        rank = 0 if key is None else holding.get(key, 0)
+        if rank == len(open_waves):
             waves.append([])
-            keys.append(set())
-            is_open.append(True)
-            target = len(waves) - 1
-        waves[target].append(position)
+            open_waves.append(len(waves) - 1)
+        waves[open_waves[rank]].append(position)
         if key is not None:
-            keys[target].add(key)
+            holding[key] = rank + 1
     return waves

@@ -18,6 +18,7 @@ __all__ = [
     "BREAKER_OPEN",
     "MAX_ARGUMENT_DEPTH",
     "MEMORY_FIELD_LIMIT",
+    "argument_problem",
     "canonical_json",
     "duplicate_call_id",
     "invalid_arguments",
@@ -27,6 +28,7 @@ __all__ = [
     "panicked",
     "render_text",
     "stable_hash",
+    "too_many_calls",
     "trajectory",
     "trunc",
 ]
@@ -72,6 +74,14 @@ def trajectory(tool: str, input_text: str, result_text: str) -> str:
 
 BREAKER_OPEN = "tool temporarily unavailable: circuit breaker open"
 """The soft result of a call refused by an open circuit breaker (spec §11.3)."""
+
+
+def too_many_calls(count: int, limit: int) -> str:
+    """Text for a turn with more tool calls than ``RunConfig.max_calls`` (nothing runs)."""
+    return (
+        f"too many tool calls: the turn has {count}, at most {limit} are accepted per turn "
+        "(RunConfig.max_calls); none was run"
+    )
 
 
 def not_available(name: str) -> str:
@@ -128,3 +138,22 @@ def nesting_exceeds(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
         elif isinstance(item, list):
             stack.extend((child, depth + 1) for child in item)
     return False
+
+
+def argument_problem(arguments: dict[str, Any], max_bytes: int) -> str | None:
+    """Why a call's arguments cannot be dispatched (the soft error text), or ``None``.
+
+    The same checks for the model's calls and for a reflector's ``InputFix``: nesting, text
+    that is not valid Unicode, and size (``RunConfig.max_argument_bytes``).
+    """
+    if nesting_exceeds(arguments):
+        return invalid_arguments(f"nested deeper than {MAX_ARGUMENT_DEPTH} levels")
+    try:
+        size = len(json.dumps(arguments, ensure_ascii=False, default=str).encode("utf-8"))
+    except UnicodeEncodeError:
+        return invalid_arguments("contains text that is not valid Unicode (a lone surrogate)")
+    except (ValueError, RecursionError, TypeError) as exc:
+        return invalid_arguments(f"cannot be encoded as JSON ({type(exc).__name__})")
+    if size > max_bytes:
+        return invalid_arguments(f"{size} bytes of arguments; at most {max_bytes} are accepted")
+    return None

@@ -20,7 +20,7 @@ from tooltrail.detection import LoopCheck, operation_for, primary_value
 from tooltrail.envelopes import open_outcome
 from tooltrail.errors import LoopDetected, ToolRecoveryExhausted
 from tooltrail.hooks import HookDecision
-from tooltrail.memoize import MemoEntry, with_cached_marker
+from tooltrail.memoize import MEMO_CACHE_BYTES, MemoEntry, with_cached_marker
 from tooltrail.recovery import MAX_RECOVERY_ATTEMPTS
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.text import BREAKER_OPEN, canonical_json, render_text, stable_hash, trajectory
@@ -56,6 +56,10 @@ place (histories before it served every hit in the workflow)."""
 APPROVAL_RECHECKS_LOOP = "approval-rechecks-loop"
 """Patch: an approved ``Ask`` reads the loop pre-check again (histories before it reused the
 check taken before the wait)."""
+
+# Bounded state: a turn's inline output budget (TurnState) and the memo cache's MEMO_CACHE_BYTES.
+_INLINE_BUDGET_PATCH = "tooltrail-inline-budget"
+_MEMO_BUDGET_PATCH = "tooltrail-memo-budget"
 
 # Margin on top of a tool's own timeout, so the tool's soft timeout text wins over Temporal's.
 _TIMEOUT_MARGIN = timedelta(seconds=30)
@@ -334,6 +338,8 @@ class CallPipeline:
             turn=state.session_version,
             paths=paths,
         )
+        if state.memo.over(MEMO_CACHE_BYTES) and workflow.patched(_MEMO_BUDGET_PATCH):
+            state.memo.trim(MEMO_CACHE_BYTES)  # session state stays small (oldest go first)
 
     def _post_event(
         self,
@@ -461,6 +467,35 @@ class CallPipeline:
         memo: MemoEntry | None = None,
     ) -> AttemptOutcome:
         """Run one attempt as an activity; infrastructure failures become soft outcomes."""
+        await self._trail.checkpoint()  # a batch of the trail first, when one is due
+        # The turn's inline budget: this attempt may keep at most ``reserved`` bytes of output
+        # in history; a larger output goes to the database (the claim check) like a large one.
+        config = self._state.input.config
+        reserved = self._state.reserve_inline(config)
+        limit = config.large_output_bytes
+        if reserved != limit and workflow.patched(_INLINE_BUDGET_PATCH):
+            limit = max(1, reserved)
+        try:
+            outcome = await self._run_attempt(
+                call, tool_name, arguments, attempt, limit, skip_pre_hooks, hooks_only, memo
+            )
+        except BaseException:
+            self._state.release_inline(reserved)
+            raise
+        self._state.release_inline(reserved, outcome)
+        return outcome
+
+    async def _run_attempt(
+        self,
+        call: ToolCall,
+        tool_name: str,
+        arguments: dict[str, Any],
+        attempt: int,
+        large_output_bytes: int,
+        skip_pre_hooks: bool,
+        hooks_only: bool,
+        memo: MemoEntry | None,
+    ) -> AttemptOutcome:
         inp = self._state.input
         config = inp.config
         meta = self._state.plan.tools.get(tool_name)
@@ -468,7 +503,6 @@ class CallPipeline:
             timeout = timedelta(seconds=meta.timeout_s) + _TIMEOUT_MARGIN
         else:
             timeout = timedelta(seconds=config.tool_timeout_s)
-        await self._trail.checkpoint()  # a batch of the trail first, when one is due
         request = ExecuteAttempt(
             session_id=self._state.record.session_id,
             tool_call_id=call.id,
@@ -480,7 +514,7 @@ class CallPipeline:
             turn_number=self._state.session_version,
             memo=memo,
             shadow=inp.shadow is not None,
-            large_output_bytes=config.large_output_bytes,
+            large_output_bytes=large_output_bytes,
             recorded=(
                 inp.shadow.attempts.get(f"{call.id}#{attempt}") if inp.shadow is not None else None
             ),

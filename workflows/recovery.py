@@ -29,6 +29,7 @@ from tooltrail.recovery import (
     ToolChange,
 )
 from tooltrail.results import ToolCall
+from tooltrail.text import argument_problem
 from tooltrail.wire import (
     RECOVERY_REFLECT,
     AttemptResult,
@@ -44,6 +45,10 @@ from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
 
 __all__ = ["NextAttempt", "Recovery"]
+
+_CHECKED_CORRECTIONS_PATCH = "tooltrail-checked-corrections"
+"""A correction naming a tool never advertised, or arguments the turn refuses, is a failed
+correction (the retry runs unchanged) instead of reaching the tool activity."""
 
 # A reflector may call a model: give it time, and retry infrastructure failures a little.
 _REFLECT_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_attempts=3)
@@ -105,12 +110,29 @@ class Recovery:
         new_tool, new_arguments, problem = _correct(
             analysis.correction if analysis else None, tool_name, arguments
         )
+        unchecked = problem is None and (new_tool, new_arguments) != (tool_name, arguments)
+        if unchecked:
+            # A correction passes the checks the model's calls pass before dispatch: a tool
+            # the model was never offered, or arguments too large or deep to send, would
+            # otherwise reach the tool activity through the reflector.
+            refused = self._check_correction(new_tool, new_arguments)
+            if refused is not None and workflow.patched(_CHECKED_CORRECTIONS_PATCH):
+                new_tool, new_arguments, problem = tool_name, arguments, refused
         self._event(call, tool_name, attempt, analysis, action, problem)
         if problem is not None:
             workflow.logger.warning(
                 "correction failed to produce a usable retry: %s (call %r)", problem, call.id
             )
         return NextAttempt(tool_name=new_tool, arguments=new_arguments, delay_ms=action.delay_ms)
+
+    def _check_correction(self, tool: str, arguments: dict[str, Any]) -> str | None:
+        """The failure text of a correction the model's call could not have made, or None."""
+        if tool not in self._state.advertised:
+            return f"ToolChange correction names tool '{tool}', which was not advertised"
+        problem = argument_problem(arguments, self._state.input.config.max_argument_bytes)
+        if problem is not None:
+            return f"InputFix correction modified_input refused: {problem}"
+        return None
 
     async def _decide(
         self,

@@ -8,18 +8,26 @@ Deterministic code only.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
+from pydantic import BaseModel
+
+from tooltrail.config import RunConfig
 from tooltrail.detection import LoopCheck, LoopDetector
 from tooltrail.memoize import MemoCache
 from tooltrail.wire import (
     ApprovalInput,
+    AttemptOutcome,
     AuditEvent,
     ConversationAppend,
     MemoryEntry,
     PendingApproval,
+    Ran,
     SessionState,
+    ShadowServed,
     TurnInput,
     TurnPlan,
     TurnRecord,
@@ -78,6 +86,29 @@ class TurnState:
     """Signatures of the signed approvals this turn took up (a second use is a replay)."""
     conversation: ConversationAppend | None = None
     """An agent turn's tool results for its run's conversation (with the final record)."""
+    inline_used: int = 0
+    """Bytes of tool output kept inline (or reserved by running attempts) this turn."""
+
+    def reserve_inline(self, config: RunConfig) -> int:
+        """Reserve the inline bytes one attempt's output may take; return them.
+
+        An output is inline up to ``large_output_bytes`` and while the turn's
+        ``inline_output_bytes`` last: every output sits in the turn's final trail record and
+        result, so their sum must stay far below Temporal's payload limit. Running attempts
+        reserve their share first, so the calls of a parallel wave cannot overspend it
+        together.
+        """
+        left = max(0, config.inline_output_bytes - self.inline_used)
+        reserved = left if config.large_output_bytes <= 0 else min(left, config.large_output_bytes)
+        self.inline_used += reserved
+        return reserved
+
+    def release_inline(self, reserved: int, outcome: AttemptOutcome | None = None) -> None:
+        """Give back what an attempt reserved and its outcome did not keep inline."""
+        used = 0
+        if isinstance(outcome, Ran | ShadowServed) and not getattr(outcome, "output_ref", None):
+            used = _output_size(outcome.output)
+        self.inline_used -= reserved - min(used, reserved)
 
     @property
     def advertised(self) -> list[str]:
@@ -141,3 +172,15 @@ class TurnState:
             memo=self.memo,
             acks_applied=self.acks_applied,
         )
+
+
+def _output_size(output: str | list[Any]) -> int:
+    """Bytes of an output as the activity measures it for the claim check (JSON, UTF-8)."""
+    value: Any = output
+    if not isinstance(output, str):
+        value = [p.model_dump(mode="json") if isinstance(p, BaseModel) else p for p in output]
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError):
+        return 0
+    return len(text.encode("utf-8"))

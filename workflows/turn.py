@@ -26,11 +26,12 @@ from tooltrail.llm.messages import Message, ModelResponse, Usage
 from tooltrail.planner import CallVerdict, plan_waves
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.text import (
-    MAX_ARGUMENT_DEPTH,
+    argument_problem,
     duplicate_call_id,
     invalid_arguments,
     nesting_exceeds,
     not_available,
+    too_many_calls,
 )
 from tooltrail.wire import (
     ApprovalInput,
@@ -54,6 +55,9 @@ from tooltrail.workflows.trail import Trail, json_size
 
 __all__ = ["TurnWorkflow"]
 
+_MAX_CALLS_PATCH = "tooltrail-max-calls"
+"""Turns with more calls than ``RunConfig.max_calls`` answer them all without running any."""
+
 _EVENT_INPUT_LIMIT = 64 * 1024
 """Bytes of a call's input recorded in its tool_call_received event before it is cut."""
 
@@ -74,21 +78,6 @@ def _parse_arguments(arguments: dict[str, Any] | str) -> dict[str, Any] | str:
     if not isinstance(parsed, dict):
         return invalid_arguments(f"expected a JSON object, got {type(parsed).__name__}")
     return parsed
-
-
-def _argument_problem(arguments: dict[str, Any], max_bytes: int) -> str | None:
-    """Why the arguments cannot be dispatched, or ``None``."""
-    if nesting_exceeds(arguments):
-        return invalid_arguments(f"nested deeper than {MAX_ARGUMENT_DEPTH} levels")
-    try:
-        size = json_size(arguments)
-    except UnicodeEncodeError:
-        return invalid_arguments("contains text that is not valid Unicode (a lone surrogate)")
-    except (ValueError, RecursionError, TypeError) as exc:
-        return invalid_arguments(f"cannot be encoded as JSON ({type(exc).__name__})")
-    if size > max_bytes:
-        return invalid_arguments(f"{size} bytes of arguments; at most {max_bytes} are accepted")
-    return None
 
 
 def _safe_size(value: Any) -> int | None:
@@ -334,6 +323,14 @@ class TurnWorkflow:
         slots: list[ToolDispatchResult | None] = [None] * len(inp.calls)
         batch: list[tuple[int, ToolCall, dict[str, Any]]] = []
         seen: set[str] = set()
+        limit = inp.config.max_calls
+        if len(inp.calls) > limit and workflow.patched(_MAX_CALLS_PATCH):
+            # Too many for one history (a model's runaway answer): nothing runs, and every
+            # call says why, so the model can split the work.
+            text = too_many_calls(len(inp.calls), limit)
+            for call in inp.calls:
+                finished.append(call.id)
+            return [_pre_answered(call, text) for call in inp.calls]
         for position, call in enumerate(inp.calls):
             if call.id in seen:
                 # Results pair with calls by id: a second call with the same id could not be
@@ -351,7 +348,7 @@ class TurnWorkflow:
                 slots[position] = _pre_answered(call, arguments)
                 finished.append(call.id)
                 continue
-            problem = _argument_problem(arguments, inp.config.max_argument_bytes)
+            problem = argument_problem(arguments, inp.config.max_argument_bytes)
             if problem is not None:
                 slots[position] = _pre_answered(call, problem)
                 finished.append(call.id)

@@ -167,6 +167,48 @@ async def corrections(tt: Tooltrail) -> str:
     return turn.turn_id
 
 
+class ChangeToHidden:
+    """Answers a ToolChange to a tool the model was never offered (a refused correction)."""
+
+    async def analyze(self, ctx: ReflectionContext) -> Analysis:
+        return Analysis(is_recoverable=True, root_cause=ctx.error, correction=ToolChange("echo"))
+
+
+async def corrections_checked(tt: Tooltrail) -> str:
+    turn = await tt.run_turn(
+        [ToolCall("c1", "fails", {"reason": "x"})],
+        session_id="hist",
+        advertised=["fails"],
+        config=RunConfig(recovery=FixedDelay(1, 10)),
+    )
+    return turn.turn_id
+
+
+@tool
+def page(n: int) -> str:
+    """Return 90,000 characters."""
+    return str(n) * 90_000
+
+
+async def memo_budget(tt: Tooltrail) -> str:
+    # Memoized outputs past MEMO_CACHE_BYTES: the oldest entries leave the cache (patched).
+    turn = await tt.run_turn(
+        [ToolCall(f"m{n}", "page", {"n": n}) for n in range(3)],
+        session_id="hist-memo-budget",
+    )
+    return turn.turn_id
+
+
+async def inline_budget(tt: Tooltrail) -> str:
+    # Outputs past RunConfig.inline_output_bytes go to the database (patched).
+    turn = await tt.run_turn(
+        [ToolCall(f"i{n}", "echo", {"text": str(n) * 600}) for n in range(3)],
+        session_id="hist-inline-budget",
+        config=RunConfig(inline_output_bytes=1000),
+    )
+    return turn.turn_id
+
+
 async def cancelled_during_tool(tt: Tooltrail) -> str:
     handle = await tt.start_turn(
         [ToolCall("c1", "echo", {"text": "first"}), ToolCall("c2", "slow", {})],
@@ -382,6 +424,14 @@ async def model_turn(tt: Tooltrail) -> str:
     return result.turns[1]
 
 
+async def model_turn_too_many_calls(tt: Tooltrail) -> str:
+    # A model turn with more calls than RunConfig.max_calls: none runs (a patched path).
+    result = await tt.run_agent(
+        "go", session_id="hist-too-many", config=RunConfig(max_calls=2), turns_per_segment=1
+    )
+    return result.turns[0]
+
+
 async def parallel_model_turn(tt: Tooltrail) -> str:
     # A model turn whose calls the worker judged safe: they run in waves.
     result = await tt.run_agent(
@@ -524,6 +574,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "recovery_backoff": (recovery_backoff, Host(TOOLS, reflector=AlwaysRecoverable())),
     "recovery_exhausted": (recovery_exhausted, Host(TOOLS, reflector=AlwaysRecoverable())),
     "corrections": (corrections, Host(TOOLS, reflector=FixThenSwitch())),
+    "corrections_checked": (corrections_checked, Host(TOOLS, reflector=ChangeToHidden())),
     "cancelled_during_tool": (cancelled_during_tool, Host(TOOLS)),
     "close_session": (close_session, Host(TOOLS)),
     "parallel_waves": (parallel_waves, Host(TOOLS)),
@@ -572,12 +623,33 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
             ),
         ),
     ),
+    "model_turn_too_many_calls": (
+        model_turn_too_many_calls,
+        Host(
+            TOOLS,
+            model=ScriptedModel(
+                [
+                    tool_call_response(
+                        ("m1", "echo", {"text": "a"}),
+                        ("m2", "echo", {"text": "b"}),
+                        ("m3", "echo", {"text": "c"}),
+                    ),
+                    text_response("too many"),
+                ]
+            ),
+        ),
+    ),
     "agent_run": (
         agent_run,
         Host(
             TOOLS,
             model=agent_model(),
         ),
+    ),
+    "inline_budget": (inline_budget, Host(TOOLS)),
+    "memo_budget": (
+        memo_budget,
+        Host([*TOOLS, page], middleware=[MemoizingMiddleware(["page"])]),
     ),
     "breaker_and_memo": (
         breaker_and_memo,

@@ -9,7 +9,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     CheckConstraint,
     DateTime,
@@ -19,11 +18,11 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
-    Text,
     UniqueConstraint,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from tooltrail.db.encoding import SafeJson, SafeString, SafeText
 
 __all__ = [
     "ApprovalRejectionRow",
@@ -48,8 +47,9 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-# JSONB on PostgreSQL (indexable, compact); plain JSON text elsewhere.
-JsonType = JSON().with_variant(JSONB(), "postgresql")
+# JSONB on PostgreSQL (indexable, compact); plain JSON text elsewhere. Text that PostgreSQL
+# refuses (NUL) is stored losslessly: see ``tooltrail.db.encoding``.
+JsonType = SafeJson()
 # SQLite only auto-increments INTEGER PRIMARY KEY columns.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -72,7 +72,7 @@ class TurnRow(Base):
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     call_count: Mapped[int] = mapped_column(Integer, default=0)
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(SafeText)
     error_type: Mapped[str | None] = mapped_column(String(64))
     rerun_of: Mapped[str | None] = mapped_column(String(255), index=True)
     """The turn this one re-runs (``tooltrail rerun``), if any."""
@@ -118,8 +118,10 @@ class AuditEventRow(Base):
     """The Temporal run that produced the record (empty for records older than run ids)."""
     seq: Mapped[int] = mapped_column(Integer)
     kind: Mapped[str] = mapped_column(String(32))
-    tool_call_id: Mapped[str | None] = mapped_column(String(255))
-    tool_name: Mapped[str | None] = mapped_column(String(255))
+    # Chosen by the model: a value that does not fit is stored as a stand-in, the original
+    # in the payload (``tooltrail.db.store.record_events``).
+    tool_call_id: Mapped[str | None] = mapped_column(SafeString(255))
+    tool_name: Mapped[str | None] = mapped_column(SafeString(255))
     attempt: Mapped[int | None] = mapped_column(Integer)
     temporal_attempt: Mapped[int | None] = mapped_column(Integer)
     """Temporal's activity attempt (from 1) that ran the body, for attempt records."""
@@ -142,8 +144,8 @@ class MemoryEntryRow(Base):
     turn_id: Mapped[str] = mapped_column(String(255))
     seq: Mapped[int] = mapped_column(Integer)
     kind: Mapped[str] = mapped_column(String(32))
-    content: Mapped[str] = mapped_column(Text)
-    tool_call_id: Mapped[str | None] = mapped_column(String(255))
+    content: Mapped[str] = mapped_column(SafeText)
+    tool_call_id: Mapped[str | None] = mapped_column(SafeString(255))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
@@ -157,7 +159,8 @@ class ToolHealthRow(Base):
     __tablename__ = "tool_health"
     __table_args__ = (CheckConstraint("state IN ('closed', 'open', 'half_open')", name="state"),)
 
-    tool_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    # The requested name (a caller may advertise any): one that does not fit is a stand-in.
+    tool_name: Mapped[str] = mapped_column(SafeString(255), primary_key=True)
     state: Mapped[str] = mapped_column(String(16), default="closed")
     consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
     last_failure_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -189,7 +192,7 @@ class IdempotencyRecordRow(Base):
     owner: Mapped[str] = mapped_column(String(255))
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     outcome: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
-    source_call_id: Mapped[str | None] = mapped_column(String(255))
+    source_call_id: Mapped[str | None] = mapped_column(SafeString(255))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -270,12 +273,12 @@ class ApprovalRejectionRow(Base):
     __tablename__ = "approval_rejection"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    turn_id: Mapped[str] = mapped_column(Text, index=True)
-    tool_call_id: Mapped[str] = mapped_column(Text)
-    approver: Mapped[str | None] = mapped_column(Text)
+    turn_id: Mapped[str] = mapped_column(SafeText, index=True)
+    tool_call_id: Mapped[str] = mapped_column(SafeText)
+    approver: Mapped[str | None] = mapped_column(SafeText)
     """Who the approval says decided (the signed statement's approver, or ``by``)."""
-    reason: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(SafeText)
     """The validator's reason."""
-    answer: Mapped[str] = mapped_column(Text)
+    answer: Mapped[str] = mapped_column(SafeText)
     """The approval as sent (JSON text: the statement and its signature, if signed)."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

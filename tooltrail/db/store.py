@@ -19,6 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from tooltrail.chain import GENESIS, chain_digests, verify_chain
+from tooltrail.db.encoding import fits
 from tooltrail.db.engine import create_engine, session_factory
 from tooltrail.db.orm import (
     AuditEventRow,
@@ -46,6 +47,11 @@ __all__ = [
 ]
 
 log = logging.getLogger("tooltrail.db")
+
+_NAME_COLUMNS = ("tool_call_id", "tool_name")
+_NAME_LENGTH = 255
+_ORIGINALS = "$tt:columns"
+"""Payload key of the call id and tool name an event's columns could not hold as they are."""
 
 
 _STATEMENTS: dict[tuple[str, str], Any] = {}
@@ -252,6 +258,15 @@ async def record_events(
     for row, event in zip(rows, events, strict=True):
         row["created_at"] = event.created_at
         row["run_id"] = event.run_id or run_id
+        # A model-chosen id or name that its column cannot take as it is (too long, NUL) is
+        # stored as a stand-in; the payload keeps the original for ``list_events``.
+        originals = {
+            column: row[column]
+            for column in _NAME_COLUMNS
+            if row[column] is not None and not fits(row[column], _NAME_LENGTH)
+        }
+        if originals:
+            row["payload"] = {**row["payload"], _ORIGINALS: originals}
     previous = await _previous_digest(session, turn_id=turn_id, row=rows[0])
     prior_seq = rows[0]["seq"] - 1
     for row, event in zip(rows, events, strict=True):
@@ -351,6 +366,11 @@ async def list_events(
     for row in rows:
         event = AuditEvent.model_validate(row, from_attributes=True)
         event.created_at = _aware(event.created_at) or event.created_at
+        originals = event.payload.pop(_ORIGINALS, None)
+        if isinstance(originals, dict):
+            for column in _NAME_COLUMNS:
+                if isinstance(originals.get(column), str):
+                    setattr(event, column, originals[column])
         events.append(event)
     return events
 
