@@ -37,6 +37,7 @@ from tooltrail.approver_keys import (
 from tooltrail.hooks import Ask, PreToolUseContext
 from tooltrail.settings import Settings
 from tooltrail.signatures import ApprovalStatement, arguments_digest
+from tooltrail.verify import verify_turn
 from tooltrail.wire import ApprovalInput
 
 paid: list[dict[str, Any]] = []
@@ -167,6 +168,15 @@ async def test_only_a_valid_signature_for_these_arguments_runs_the_call(
         turn = await handle.result()
         events = await tt.audit(turn_id)
         rejections = await handle.approval_rejections()
+        # audit verify re-checks the recorded signatures against the approvers configured.
+        assert (await tt.verify(turn_id)).ok
+        rotated = {"alice": public_key_text(MALLORY)}
+        report = await verify_turn(tt.client, tt.store, turn_id, approvers=rotated)
+        assert [(p.kind, p.tool_call_id) for p in report.problems] == [
+            ("signature_invalid", "c1"),
+            ("signature_invalid", "c2"),
+        ]
+        assert "does not verify with approver 'alice'" in report.problems[0].detail
 
     assert paid == [c1]
     assert [r.output for r in turn.results] == ["paid 10.0 to acct-1", "over the limit"]

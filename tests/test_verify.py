@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
@@ -79,8 +79,10 @@ async def test_a_clean_trail_passes_and_edits_deletions_and_statuses_fail(
         await edit_output(tt, turn_id, "a", "hullo")
         report = await tt.verify(turn_id)
         assert not report.ok and report.checkable
-        [problem] = report.problems
+        problem, chain = sorted(report.problems, key=lambda p: p.kind, reverse=True)
         assert (problem.kind, problem.tool_call_id, problem.attempt) == ("output_mismatch", "a", 0)
+        # The record no longer has its hash chain digest either.
+        assert chain.kind == "chain_broken" and "does not match its digest" in chain.detail
         await edit_output(tt, turn_id, "a", "hello")
         assert (await tt.verify(turn_id)).ok
 
@@ -105,12 +107,47 @@ async def test_a_clean_trail_passes_and_edits_deletions_and_statuses_fail(
             )
         report = await tt.verify(turn_id)
         kinds = sorted(p.kind for p in report.problems)
-        assert kinds == ["missing_record", "seq_gap", "status_mismatch"]
+        assert kinds == ["chain_broken", "missing_record", "seq_gap", "status_mismatch"]
         missing = next(p for p in report.problems if p.kind == "missing_record")
         assert (missing.tool_call_id, missing.attempt) == ("b", 0)
         # verify wrote nothing along the way (the edits above are the test's own).
         after = await snapshot(tt)
         assert len(after) == len(before) - 1
+
+
+async def test_a_truncated_or_rewritten_trail_breaks_its_anchored_chain(
+    stack: StackFactory, db_url: str
+) -> None:
+    async with stack(HOST, database_url=db_url) as tt:
+        turn_id = await clean_turn(tt)
+        assert (await tt.verify(turn_id)).ok
+        # A record no output check covers: only its hash chain digest tells of the edit.
+        async with tt.store.sessions.begin() as session:
+            await session.execute(
+                update(AuditEventRow)
+                .where(AuditEventRow.turn_id == turn_id, AuditEventRow.seq == 0)
+                .values(payload={"rewritten": True})
+            )
+        report = await tt.verify(turn_id)
+        assert [p.kind for p in report.problems] == ["chain_broken"]
+        assert "seq 0" in report.problems[0].detail
+
+    async with stack(HOST, database_url=db_url) as tt:
+        turn_id = await clean_turn(tt)
+        # The trail cut after its last tool record: consistent on its own, short of the head
+        # the turn anchored in Temporal's history.
+        async with tt.store.sessions.begin() as session:
+            last = await session.scalar(
+                select(func.max(AuditEventRow.seq)).where(AuditEventRow.turn_id == turn_id)
+            )
+            await session.execute(
+                delete(AuditEventRow).where(
+                    AuditEventRow.turn_id == turn_id, AuditEventRow.seq == last
+                )
+            )
+        report = await tt.verify(turn_id)
+        assert [p.kind for p in report.problems] == ["chain_broken"]
+        assert "not its head" in report.problems[0].detail
 
 
 async def test_a_large_outputs_blob_is_checked_too(stack: StackFactory, db_url: str) -> None:

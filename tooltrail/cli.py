@@ -822,10 +822,17 @@ def audit_verify(
 
     async def go(store: Any) -> list[Any]:
         client = await _client(temporal_address)
+        # Signed approvals are re-checked against the approvers configured in the settings.
+        approvers = Settings().approver_keys()
         if turn_id is not None:
-            return [await verify_turn(client, store, turn_id)]
+            return [await verify_turn(client, store, turn_id, approvers=approvers)]
         return await verify_turns(
-            client, store, session_id=session, since=started_since, limit=limit
+            client,
+            store,
+            session_id=session,
+            since=started_since,
+            limit=limit,
+            approvers=approvers,
         )
 
     try:

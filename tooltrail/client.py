@@ -950,8 +950,11 @@ class Tooltrail:
         The report's ``ok`` is True when they agree; each ``problems`` entry has a ``kind``
         and a ``detail`` (see ``tooltrail.verify``). ``checkable`` is False when the turn
         could not be checked (unknown turn, history deleted by retention, no codec keys).
+        Signed approvals are re-checked against the host's approvers.
         """
-        return await verify_turn(self.client, self.store, turn_id)
+        return await verify_turn(
+            self.client, self.store, turn_id, approvers=self.host.approver_keys()
+        )
 
     async def approval_history(
         self, turn_id: str, *, approvers: Mapping[str, str] | None = None

@@ -24,6 +24,7 @@ after the last write of such a turn are legitimately absent).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +34,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
+from tooltrail.approval_history import approval_history
 from tooltrail.db.store import AuditStore
 from tooltrail.envelopes import open_outcome
 from tooltrail.results import Part
@@ -45,6 +47,7 @@ from tooltrail.wire import (
     ExecuteAttempt,
     Ran,
     ShadowServed,
+    TurnOutput,
 )
 
 __all__ = [
@@ -76,8 +79,9 @@ class Problem(BaseModel):
 
     kind: str
     """``missing_record``, ``output_mismatch``, ``status_mismatch``, ``seq_gap``,
-    ``missing_turn_row``; or, when the turn cannot be checked, ``unknown_turn``,
-    ``history_gone``, ``undecodable``."""
+    ``missing_turn_row``, ``chain_broken`` (a run's hash chain, ``tooltrail.chain``),
+    ``signature_invalid`` (a signed approval that no longer verifies); or,
+    when the turn cannot be checked, ``unknown_turn``, ``history_gone``, ``undecodable``."""
     detail: str
     turn_id: str
     tool_call_id: str | None = None
@@ -209,10 +213,23 @@ def _seq_problems(turn_id: str, events: list[AuditEvent]) -> list[Problem]:
     ]
 
 
-async def verify_turn(client: Client, store: AuditStore, turn_id: str) -> VerifyReport:
+async def verify_turn(
+    client: Client,
+    store: AuditStore,
+    turn_id: str,
+    *,
+    approvers: Mapping[str, str] | None = None,
+) -> VerifyReport:
     """Check one turn's trail against Temporal's history of its workflow (latest run).
 
     Reads only: nothing is written to the database or to Temporal.
+
+    Args:
+        client: the Temporal client (with the deployment's data converter).
+        store: the audit database.
+        turn_id: the turn.
+        approvers: the configured approvers (name to base64 public key); when given, every
+            signed approval in the trail is re-checked against them (``signature_invalid``).
 
     Raises:
         RPCError: Temporal could not answer (other than "not found").
@@ -318,7 +335,63 @@ async def verify_turn(client: Client, store: AuditStore, turn_id: str) -> Verify
                 )
             )
     report.problems.extend(_seq_problems(turn_id, trail))
+    report.problems.extend(await _chain_problems(client, store, turn_id, report.run_id, events))
+    if approvers:
+        report.problems.extend(_signature_problems(turn_id, trail, approvers))
     return report
+
+
+def _signature_problems(
+    turn_id: str, trail: list[AuditEvent], approvers: Mapping[str, str]
+) -> list[Problem]:
+    """Each signed approval the trail records that does not verify with today's approvers."""
+    problems: list[Problem] = []
+    for record in approval_history(trail, (), approvers):
+        if record.signed and not record.verifies:
+            problems.append(
+                Problem(
+                    kind="signature_invalid",
+                    turn_id=turn_id,
+                    tool_call_id=record.tool_call_id,
+                    detail=f"the approval signed by {record.by!r}: {record.problem}",
+                )
+            )
+    return problems
+
+
+async def _trail_head(client: Client, events: list[HistoryEvent]) -> str | None:
+    """The chain head a completed turn anchored in its result (``TurnOutput.trail_head``)."""
+    for event in reversed(events):
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+            payloads = event.workflow_execution_completed_event_attributes.result.payloads
+            if not payloads:
+                return None
+            (output,) = await client.data_converter.decode(list(payloads), [TurnOutput])
+            return output.trail_head or None
+    return None
+
+
+async def _chain_problems(
+    client: Client,
+    store: AuditStore,
+    turn_id: str,
+    run_id: str | None,
+    events: list[HistoryEvent],
+) -> list[Problem]:
+    """Each run's hash chain recomputed; the latest run's also against its anchor.
+
+    Records written before digests existed (no ``digest``) have no chain to check.
+    """
+    head = await _trail_head(client, events)
+    heads = {run_id: head} if run_id and head else {}
+    found = await store.chain_problems(turn_id, heads=heads)
+    problems: list[Problem] = []
+    for run, texts in found.items():
+        for text in texts:
+            problems.append(
+                Problem(kind="chain_broken", turn_id=turn_id, detail=f"run {run or '-'}: {text}")
+            )
+    return problems
 
 
 async def verify_turns(
@@ -328,6 +401,7 @@ async def verify_turns(
     session_id: str | None = None,
     since: datetime | None = None,
     limit: int = 1000,
+    approvers: Mapping[str, str] | None = None,
 ) -> list[VerifyReport]:
     """Verify the turns of a session, or started since a time (newest first).
 
@@ -336,4 +410,4 @@ async def verify_turns(
     if session_id is not None and not _possible_id(session_id):
         return []
     turns = await store.turns(session_id=session_id, since=since, limit=limit)
-    return [await verify_turn(client, store, turn.turn_id) for turn in turns]
+    return [await verify_turn(client, store, turn.turn_id, approvers=approvers) for turn in turns]

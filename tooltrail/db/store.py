@@ -270,7 +270,10 @@ async def record_events(
     previous = await _previous_digest(session, turn_id=turn_id, row=rows[0])
     prior_seq = rows[0]["seq"] - 1
     for row, event in zip(rows, events, strict=True):
-        stored = event.model_copy(update={"payload": row["payload"], "digest": None})
+        # The digest covers the record as it reads back: the originals of stand-in columns
+        # are back in their columns then, not in the payload.
+        payload = {k: v for k, v in row["payload"].items() if k != _ORIGINALS}
+        stored = event.model_copy(update={"payload": payload, "digest": None})
         if previous is None or row["seq"] != prior_seq + 1:
             previous = None  # not consecutive: no chain can be computed for these
         else:
