@@ -39,10 +39,12 @@ from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
 from tooltrail.telemetry import tracing_interceptors
 from tooltrail.tools import Tool, ToolRegistry
+from tooltrail.versioning import deployment_config
 from tooltrail.workflows.agent import AgentRunWorkflow
 from tooltrail.workflows.catalog import ToolCatalogWorkflow
 from tooltrail.workflows.session import CloseSessionWorkflow
 from tooltrail.workflows.turn import TurnWorkflow
+from tooltrail.workflows.versioned import VersionedAgentRunWorkflow
 
 __all__ = [
     "PURE_MODULES",
@@ -120,7 +122,9 @@ def build_worker(
         strict_sandbox: run the workflows under the sandbox's full watch (see
             ``sandbox_runner``); slower, for tests.
         **worker_options: passed to ``temporalio.worker.Worker``; the slots and the
-            workflow cache default to the settings (``Settings.worker_options``).
+            workflow cache default to the settings (``Settings.worker_options``). With a
+            ``deployment_config`` (``tooltrail.versioning.deployment_config``) the worker
+            polls as that deployment version: turns pinned, agent runs auto-upgrade.
     """
     scratch = scratch or ScratchDirs(host.scratch_base, enabled=host.managed_scratch)
     dispatcher = ToolDispatcher(
@@ -154,10 +158,14 @@ def build_worker(
         extra_activities.append(conversation.model_turn)
     sessions = SessionActivities(scratch)
     recovery = RecoveryActivities(host.reflector, host.registry)
+    # A versioned worker runs agent runs as auto-upgrade (an unversioned one may not declare a
+    # behaviour at all): tooltrail.versioning says what moves where.
+    versioned = worker_options.get("deployment_config") is not None
+    agent_run = VersionedAgentRunWorkflow if versioned else AgentRunWorkflow
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[TurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow, ToolCatalogWorkflow],
+        workflows=[TurnWorkflow, CloseSessionWorkflow, agent_run, ToolCatalogWorkflow],
         activities=[
             tools.execute,
             audit.record,
@@ -337,8 +345,9 @@ async def worker(
     be migrated (``tooltrail db upgrade``). On exit, running tool attempts get
     ``graceful_shutdown`` to finish before they are cancelled (and retried elsewhere).
     ``engine_options`` go to the database engine (``pool_size``, ``max_overflow``, ...), the
-    other keyword arguments to ``build_worker`` (slots, workflow cache); both default to the
-    settings.
+    other keyword arguments to ``build_worker`` (slots, workflow cache, ``deployment_config``);
+    they default to the settings (worker versioning: ``worker_deployment`` and
+    ``worker_build_id``, see ``tooltrail.versioning``).
 
     Raises:
         DatabaseSchemaError: the database is not at the migrations' head.
@@ -351,6 +360,11 @@ async def worker(
         database_url=database_url,
         engine_options=engine_options,
     ) as deployment:
+        if "deployment_config" not in worker_options:
+            # Worker versioning from the settings (README "Upgrading"); None: unversioned.
+            worker_options["deployment_config"] = deployment_config(
+                deployment.settings.worker_deployment, deployment.settings.worker_build_id
+            )
         running = build_worker(
             deployment.client,
             deployment.host,
