@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.client import Client, WorkflowFailureError, WorkflowQueryFailedError
 from temporalio.common import VersioningBehavior
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -24,6 +24,7 @@ from tooltrail import ConfigurationError, Host, RunConfig, ToolCall, tool
 from tooltrail.client import Tooltrail
 from tooltrail.db.store import AuditStore
 from tooltrail.hooks import Ask, PreToolUseContext
+from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 from tooltrail.scratch import ScratchDirs
 from tooltrail.versioning import (
     current_build_id,
@@ -67,9 +68,10 @@ async def versioned_worker(
     task_queue: str,
     deployment: str,
     build_id: str,
+    model: ScriptedModel | None = None,
 ) -> AsyncIterator[Worker]:
     store = AuditStore(url)
-    host = Host([whoami_v1 if build_id == "v1" else whoami_v2], hooks=[AskFirst()])
+    host = Host([whoami_v1 if build_id == "v1" else whoami_v2], hooks=[AskFirst()], model=model)
     try:
         async with build_worker(
             env.client,
@@ -87,11 +89,21 @@ async def versioned_worker(
 
 async def wait_parked(handle: Any) -> None:
     for _ in range(600):
-        with contextlib.suppress(RPCError, WorkflowQueryFailedError):
+        with contextlib.suppress(RPCError, WorkflowQueryFailedError, WorkflowFailureError):
             if await handle.pending_approvals():
                 return
         await asyncio.sleep(0.05)
     pytest.fail("the call never parked")
+
+
+async def separate_client(env: WorkflowEnvironment) -> Client:
+    """A client with no worker on it: a start on the workers' own client is eager (the
+    server hands the first task to a worker of that client, which pins the turn to that
+    worker's version whatever is current)."""
+    client = env.client
+    return await Client.connect(
+        client.service_client.config.target_host, data_converter=client.data_converter
+    )
 
 
 async def test_a_turn_started_on_v1_stays_on_v1_after_v2_becomes_current(
@@ -100,10 +112,8 @@ async def test_a_turn_started_on_v1_stays_on_v1_after_v2_becomes_current(
     client = temporal_env.client
     task_queue, deployment = f"tq-{uuid.uuid4()}", f"dep-{uuid.uuid4().hex[:12]}"
     store = AuditStore(sqlite_url)
-    # The client lives apart from the workers, as in production (see test_eager_start_...).
-    starter = await Client.connect(
-        client.service_client.config.target_host, data_converter=client.data_converter
-    )
+    # The client lives apart from the workers, as in production (see separate_client).
+    starter = await separate_client(temporal_env)
     tt = Tooltrail(starter, Host([whoami_v1]), task_queue=task_queue, store=store)
     call = [ToolCall("c", "whoami", {})]
     options = {"task_queue": task_queue, "deployment": deployment}
@@ -134,6 +144,83 @@ async def test_a_turn_started_on_v1_stays_on_v1_after_v2_becomes_current(
         await store.close()
     assert old_result.results[0].output == "v1"
     assert new_result.results[0].output == "v2"
+
+
+async def test_an_agent_run_moves_to_the_current_version_turn_by_turn(
+    temporal_env: WorkflowEnvironment, sqlite_url: str, tmp_path: Path
+) -> None:
+    client = temporal_env.client
+    task_queue, deployment = f"tq-{uuid.uuid4()}", f"dep-{uuid.uuid4().hex[:12]}"
+    # One script for both workers: whichever version runs a model turn takes the next step.
+    model = ScriptedModel(
+        [
+            tool_call_response(("c0", "whoami", {})),
+            tool_call_response(("c1", "whoami", {})),
+            text_response("done"),
+        ]
+    )
+    store = AuditStore(sqlite_url)
+    tt = Tooltrail(
+        await separate_client(temporal_env), Host([]), task_queue=task_queue, store=store
+    )
+    options: dict[str, Any] = {"task_queue": task_queue, "deployment": deployment, "model": model}
+    try:
+        async with versioned_worker(temporal_env, sqlite_url, tmp_path, build_id="v1", **options):
+            await set_current_version(client, deployment, "v1")
+            run = await tt.start_agent("who?", session_id="s-agent", config=INTERACTIVE)
+            first = tt.get_turn(f"{run.run_id}-turn-0")
+            await wait_parked(first)
+            async with versioned_worker(
+                temporal_env, sqlite_url, tmp_path, build_id="v2", **options
+            ):
+                await set_current_version(client, deployment, "v2")
+                await first.approve("c0", by="ops")
+                second = tt.get_turn(f"{run.run_id}-turn-1")
+                await wait_parked(second)
+                await second.approve("c1", by="ops")
+                result = await run.result()
+                first_build = await workflow_build_id(first.workflow_handle)
+                second_build = await workflow_build_id(second.workflow_handle)
+                run_build = await workflow_build_id(client.get_workflow_handle(run.run_id))
+            conversation = await tt.conversation(run.run_id)
+    finally:
+        await store.close()
+    assert result.text == "done" and len(result.turns) == 3
+    # The turn in flight during the deploy finished on v1; the run's next turn started on v2.
+    assert (first_build, second_build, run_build) == ("v1", "v2", "v2")
+    assert [m.content for m in conversation if m.role == "tool"] == ["v1", "v2"]
+
+
+async def test_a_client_shared_with_a_v1_worker_starts_new_turns_on_the_current_version(
+    temporal_env: WorkflowEnvironment, sqlite_url: str, tmp_path: Path
+) -> None:
+    client = temporal_env.client
+    task_queue, deployment = f"tq-{uuid.uuid4()}", f"dep-{uuid.uuid4().hex[:12]}"
+    options = {"task_queue": task_queue, "deployment": deployment}
+    store = AuditStore(sqlite_url)
+    # The workers' own client: an eager start would hand the turn to the v1 worker here.
+    tt = Tooltrail(client, Host([whoami_v1]), task_queue=task_queue, store=store)
+    call = [ToolCall("c", "whoami", {})]
+    try:
+        async with (
+            versioned_worker(temporal_env, sqlite_url, tmp_path, build_id="v2", **options),
+            versioned_worker(temporal_env, sqlite_url, tmp_path, build_id="v1", **options),
+        ):
+            await set_current_version(client, deployment, "v2")
+            turns = [
+                await tt.start_turn(
+                    call, session_id=f"s-{i}", config=INTERACTIVE, advertised=["whoami"]
+                )
+                for i in range(3)
+            ]
+            for turn in turns:
+                await wait_parked(turn)
+                await turn.approve("c", by="ops")
+            outputs = [(await turn.result()).results[0].output for turn in turns]
+            builds = [await workflow_build_id(turn.workflow_handle) for turn in turns]
+    finally:
+        await store.close()
+    assert outputs == ["v2"] * 3 and builds == ["v2"] * 3
 
 
 def test_agent_runs_auto_upgrade_and_turns_are_pinned_by_default() -> None:

@@ -60,6 +60,7 @@ from tooltrail.telemetry import ensure_configured
 from tooltrail.text import nesting_exceeds
 from tooltrail.tools import Tool, ToolRegistry
 from tooltrail.verify import VerifyReport, verify_turn
+from tooltrail.versioning import eager_start_allowed
 from tooltrail.wire import (
     AgentCarry,
     AgentProgress,
@@ -457,7 +458,9 @@ class Tooltrail:
                 # With a worker in this process on this client (tooltrail.local), the server
                 # hands it the first workflow task in its answer to the start (~4 ms a turn
                 # here); without one, or where the server does not offer it, a plain start.
-                request_eager_start=True,
+                # Never with a versioned worker on the client (it would pin the turn to that
+                # worker's version, current or not).
+                request_eager_start=eager_start_allowed(self.client),
             )
         except WorkflowAlreadyStartedError as exc:
             raise ConfigurationError(
@@ -630,7 +633,7 @@ class Tooltrail:
             task_queue=self.task_queue,
             result_type=AgentRunOutput,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            request_eager_start=True,  # as for a turn (see start_turn)
+            request_eager_start=eager_start_allowed(self.client),  # as for a turn
         )
         self.sessions.add(session_id)
         return AgentHandle(handle)

@@ -20,6 +20,7 @@ A version takes new work once it is made current: ``set_current_version`` below,
 from __future__ import annotations
 
 import asyncio
+import weakref
 
 from temporalio.api.workflowservice.v1 import (
     DescribeWorkerDeploymentRequest,
@@ -35,6 +36,8 @@ from tooltrail.errors import ConfigurationError
 __all__ = [
     "current_build_id",
     "deployment_config",
+    "eager_start_allowed",
+    "mark_versioned_worker",
     "set_current_version",
     "workflow_build_id",
 ]
@@ -68,6 +71,23 @@ def deployment_config(
         use_worker_versioning=True,
         default_versioning_behavior=VersioningBehavior.PINNED,
     )
+
+
+# Clients that carry a versioned worker. A start on such a client with eager start would hand
+# the first workflow task to that worker, pinning the new turn to its version whatever version
+# is current (so a process running a v1 worker would keep starting turns on v1 after v2 is
+# made current). Starts on them go through the server's routing instead.
+_VERSIONED_CLIENTS: weakref.WeakSet[Client] = weakref.WeakSet()
+
+
+def mark_versioned_worker(client: Client) -> None:
+    """Record that a versioned worker runs on ``client`` (``build_worker`` does)."""
+    _VERSIONED_CLIENTS.add(client)
+
+
+def eager_start_allowed(client: Client) -> bool:
+    """Whether a turn or run may be started eagerly on ``client`` (no versioned worker on it)."""
+    return client not in _VERSIONED_CLIENTS
 
 
 async def set_current_version(

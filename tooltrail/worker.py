@@ -39,7 +39,7 @@ from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
 from tooltrail.telemetry import tracing_interceptors
 from tooltrail.tools import Tool, ToolRegistry
-from tooltrail.versioning import deployment_config
+from tooltrail.versioning import deployment_config, mark_versioned_worker
 from tooltrail.workflows.agent import AgentRunWorkflow
 from tooltrail.workflows.catalog import ToolCatalogWorkflow
 from tooltrail.workflows.session import CloseSessionWorkflow
@@ -162,6 +162,8 @@ def build_worker(
     # behaviour at all): tooltrail.versioning says what moves where.
     versioned = worker_options.get("deployment_config") is not None
     agent_run = VersionedAgentRunWorkflow if versioned else AgentRunWorkflow
+    if versioned:
+        mark_versioned_worker(client)
     return Worker(
         client,
         task_queue=task_queue,
