@@ -52,6 +52,7 @@ from tooltrail.errors import (
 from tooltrail.host import Host
 from tooltrail.llm.messages import Message
 from tooltrail.reconcile import ReconcileReport, background_reconciliation, reconcile
+from tooltrail.registry_check import registry_fingerprint, watch_registry_peers
 from tooltrail.replays import RecordedTurn, RerunReport, compare, load_turn
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.scratch import ScratchDirs
@@ -863,6 +864,12 @@ async def local(
                         shutdown_timeout_s,
                     ),
                     background_reconciliation(client, store, deployment.settings),
+                    watch_registry_peers(
+                        client,
+                        task_queue,
+                        registry_fingerprint(wired.registry.names()),
+                        wired.registry.names(),
+                    ),
                 ):
                     yield tt
             finally:

@@ -35,6 +35,11 @@ from tooltrail.host import Host
 from tooltrail.middleware import RedactingMiddleware
 from tooltrail.reconcile import background_reconciliation
 from tooltrail.recovery import NoopReflector
+from tooltrail.registry_check import (
+    registry_fingerprint,
+    watch_registry_peers,
+    worker_identity,
+)
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
 from tooltrail.telemetry import tracing_interceptors
@@ -180,6 +185,10 @@ def build_worker(
         workflow_runner=sandbox_runner(strict=strict_sandbox),
         # Database errors leave activities without the data they were writing.
         interceptors=[CleanDatabaseErrors(), *worker_options.pop("interceptors", ())],
+        # The identity carries the registry's fingerprint, so peers with other tools on this
+        # queue can be told apart (tooltrail.registry_check).
+        identity=worker_options.pop("identity", None)
+        or worker_identity(registry_fingerprint(host.registry.names())),
         **{**_capacity(worker_options), **worker_options},
     )
 
@@ -376,8 +385,13 @@ async def worker(
             **worker_options,
         )
         # The worker's background reconciliation (off with TOOLTRAIL_RECONCILE_ENABLED=0).
+        names = deployment.host.registry.names()
         async with (
             running,
             background_reconciliation(deployment.client, deployment.store, deployment.settings),
+            # A loud warning while workers with other tools poll the same queue.
+            watch_registry_peers(
+                deployment.client, deployment.task_queue, registry_fingerprint(names), names
+            ),
         ):
             yield running
