@@ -102,3 +102,47 @@ async def test_a_worker_with_other_tools_on_the_queue_is_seen_and_warned_about(
     message = record.getMessage()
     assert "WORKERS WITH DIFFERENT TOOLS SHARE TASK QUEUE" in message
     assert task_queue in message and mine_fp in message and "calculate" in message
+
+
+async def test_local_without_a_worker_leaves_the_queue_to_the_workers_started_elsewhere(
+    tmp_path: Path,
+) -> None:
+    # `tooltrail dev --no-worker`: the embedded server and a client, no demo-tools worker that
+    # could take the turns of a worker with other tools.
+    import tooltrail
+    from tooltrail import ToolCall
+
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    task_queue = f"tq-{uuid.uuid4()}"
+    async with tooltrail.local(
+        Host([calculate]), database_url=url, task_queue=task_queue, worker=False
+    ) as tt:
+        client = tt.client
+        other = await Client.connect(
+            client.service_client.config.target_host,
+            namespace=client.namespace,
+            data_converter=client.data_converter,
+        )
+        store = AuditStore(url)
+        try:
+            pollers_before = await mismatched_pollers(client, task_queue, "nothing-polls")
+            async with build_worker(
+                other,
+                Host([calculate, lookup]),
+                task_queue=task_queue,
+                store=store,
+                scratch=ScratchDirs(tmp_path / "mine"),
+            ):
+                turns = [
+                    await tt.run_turn(
+                        [ToolCall(f"c{i}", "lookup", {"key": f"k{i}"})],
+                        session_id=f"s{i}",
+                        advertised=["calculate", "lookup"],
+                    )
+                    for i in range(3)
+                ]
+        finally:
+            await store.close()
+    assert pollers_before == []
+    assert [turn.results[0].output for turn in turns] == ["k0", "k1", "k2"]
+    assert not any(turn.results[0].is_error for turn in turns)

@@ -374,6 +374,13 @@ def dev(
     persist: Annotated[
         bool, typer.Option(help="Keep the Temporal server's state in the data directory.")
     ] = True,
+    no_worker: Annotated[
+        bool,
+        typer.Option(
+            "--no-worker",
+            help="Run no worker here (start `tooltrail worker` on the task queue yourself).",
+        ),
+    ] = False,
 ) -> None:
     """Run the embedded Temporal server, its UI and a worker for local development."""
     import tooltrail
@@ -395,10 +402,17 @@ def dev(
             port=port,
             ui_port=ui_port,
             server_db_filename=server_db,
+            worker=not no_worker,
         ):
+            served = (
+                "none here (--no-worker): run `tooltrail worker --tools MODULE:ATTR "
+                f"--temporal-address 127.0.0.1:{port} --task-queue {task_queue}`"
+                if no_worker
+                else ", ".join(host.registry.names())
+            )
             console.print(
                 f"Temporal: 127.0.0.1:{port}   UI: http://127.0.0.1:{ui_port}\n"
-                f"Task queue: {task_queue}   Tools: {', '.join(host.registry.names())}\n"
+                f"Task queue: {task_queue}   Tools: {served}\n"
                 f"Audit database: {_shown_url(url)}\nPress Ctrl-C to stop.",
                 highlight=False,
             )

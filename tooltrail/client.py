@@ -793,6 +793,7 @@ async def local(
     server_db_filename: str | None = None,
     server_args: Sequence[str] = DEV_SERVER_ARGS,
     shutdown_timeout_s: float = 10.0,
+    worker: bool = True,
 ) -> AsyncIterator[Tooltrail]:
     """Run everything in-process: the embedded Temporal dev server, a worker and the database.
 
@@ -813,6 +814,8 @@ async def local(
         shutdown_timeout_s: how long the worker may take to stop on exit before it is
             cancelled (a turn whose final audit write is retrying against an unreachable
             database would otherwise hold it for ever; see ``_bounded``).
+        worker: run the embedded worker; ``False``: only the server and the client, for
+            workers started elsewhere (``tooltrail dev --no-worker``).
     """
     servers: list[WorkflowEnvironment] = []
     telemetry: list[Any] = []
@@ -856,21 +859,26 @@ async def local(
             scratch = ScratchDirs(wired.scratch_base, enabled=wired.managed_scratch)
             tt = Tooltrail(client, wired, task_queue=task_queue, store=store)
             try:
-                async with (
-                    _bounded(
-                        build_worker(
-                            client, wired, task_queue=task_queue, store=store, scratch=scratch
-                        ),
-                        shutdown_timeout_s,
-                    ),
-                    background_reconciliation(client, store, deployment.settings),
-                    watch_registry_peers(
-                        client,
-                        task_queue,
-                        registry_fingerprint(wired.registry.names()),
-                        wired.registry.names(),
-                    ),
-                ):
+                async with contextlib.AsyncExitStack() as running:
+                    if worker:
+                        names = wired.registry.names()
+                        for context in (
+                            _bounded(
+                                build_worker(
+                                    client,
+                                    wired,
+                                    task_queue=task_queue,
+                                    store=store,
+                                    scratch=scratch,
+                                ),
+                                shutdown_timeout_s,
+                            ),
+                            background_reconciliation(client, store, deployment.settings),
+                            watch_registry_peers(
+                                client, task_queue, registry_fingerprint(names), names
+                            ),
+                        ):
+                            await running.enter_async_context(context)
                     yield tt
             finally:
                 for session_id in tt.sessions:
