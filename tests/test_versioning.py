@@ -20,6 +20,8 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from tests.support.cli_runner import run_cli
+from tests.test_cli_contracts import one_error
 from tooltrail import ConfigurationError, Host, RunConfig, ToolCall, tool
 from tooltrail.client import Tooltrail
 from tooltrail.db.store import AuditStore
@@ -251,3 +253,18 @@ async def test_making_a_version_current_that_never_polled_fails_in_one_line(
         await set_current_version(
             temporal_env.client, f"dep-{uuid.uuid4().hex[:12]}", "nosuch", timeout_s=0.5
         )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--deployment", "dep"], "both a deployment name and a build id"),
+        (["--build-id", "b1"], "both a deployment name and a build id"),
+        (["--set-current"], "--set-current needs --deployment and --build-id"),
+    ],
+)
+def test_the_worker_flags_refuse_half_a_version_in_one_line(
+    tmp_path: Path, args: list[str], expected: str
+) -> None:
+    done = run_cli(["worker", "--tools", "tests.support.cli_tools:host", *args], tmp_path)
+    one_error(done, expected)
