@@ -41,6 +41,7 @@ WORKFLOW_MODULES = (
     "tooltrail.workflows.state",
     "tooltrail.workflows.trail",
     "tooltrail.workflows.turn",
+    "tooltrail.workflows.versioned",
 )
 MAX_WORKFLOW_MODULE_LINES = 500
 # Third-party packages that mean I/O (or its configuration) and have no place in workflow code.

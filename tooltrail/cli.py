@@ -376,6 +376,13 @@ def dev(
     persist: Annotated[
         bool, typer.Option(help="Keep the Temporal server's state in the data directory.")
     ] = True,
+    no_worker: Annotated[
+        bool,
+        typer.Option(
+            "--no-worker",
+            help="Run no worker here (start `tooltrail worker` on the task queue yourself).",
+        ),
+    ] = False,
 ) -> None:
     """Run the embedded Temporal server, its UI and a worker for local development."""
     import tooltrail
@@ -397,10 +404,17 @@ def dev(
             port=port,
             ui_port=ui_port,
             server_db_filename=server_db,
+            worker=not no_worker,
         ):
+            served = (
+                "none here (--no-worker): run `tooltrail worker --tools MODULE:ATTR "
+                f"--temporal-address 127.0.0.1:{port} --task-queue {task_queue}`"
+                if no_worker
+                else ", ".join(host.registry.names())
+            )
             console.print(
                 f"Temporal: 127.0.0.1:{port}   UI: http://127.0.0.1:{ui_port}\n"
-                f"Task queue: {task_queue}   Tools: {', '.join(host.registry.names())}\n"
+                f"Task queue: {task_queue}   Tools: {served}\n"
                 f"Audit database: {_shown_url(url)}\nPress Ctrl-C to stop.",
                 highlight=False,
             )
@@ -461,6 +475,26 @@ def worker(
         int | None,
         _capacity_option("db_max_overflow", "Connections beyond the pool under load (10)."),
     ] = None,
+    deployment: Annotated[
+        str | None,
+        typer.Option(
+            "--deployment",
+            envvar="TOOLTRAIL_WORKER_DEPLOYMENT",
+            help="Temporal worker deployment to poll as (with --build-id); README 'Upgrading'.",
+        ),
+    ] = None,
+    build_id: Annotated[
+        str | None,
+        typer.Option(
+            "--build-id", envvar="TOOLTRAIL_WORKER_BUILD_ID", help="This release's build id."
+        ),
+    ] = None,
+    set_current: Annotated[
+        bool,
+        typer.Option(
+            "--set-current", help="Make this version current once it polls (new turns go to it)."
+        ),
+    ] = False,
 ) -> None:
     """Run a worker against an existing Temporal cluster (until SIGINT or SIGTERM).
 
@@ -490,6 +524,13 @@ def worker(
         for name, value in {"pool_size": db_pool_size, "max_overflow": db_max_overflow}.items()
         if value is not None
     }
+    from tooltrail.versioning import deployment_config, set_current_version
+
+    versioning = deployment_config(
+        deployment or settings.worker_deployment, build_id or settings.worker_build_id
+    )
+    if set_current and versioning is None:
+        raise _fail("--set-current needs --deployment and --build-id")
 
     async def go() -> None:
         async with (
@@ -501,9 +542,16 @@ def worker(
                 task_queue=task_queue,
                 database_url=database_url,
                 engine_options=pool,
+                deployment_config=versioning,
                 **capacity,
             ) as running,
         ):
+            if set_current and versioning is not None:
+                await set_current_version(
+                    running.client,
+                    versioning.version.deployment_name,
+                    versioning.version.build_id,
+                )
             mcp_tools = sorted(name for toolset in toolsets for name in toolset.tools)
             errors.print(
                 Text(
@@ -511,6 +559,12 @@ def worker(
                     f"task queue {task_queue or settings.task_queue}, "
                     f"tools {', '.join(host.registry.names())}"
                     + (f" (from MCP: {', '.join(mcp_tools)})" if mcp_tools else "")
+                    + (
+                        f", version {versioning.version.deployment_name}/"
+                        f"{versioning.version.build_id}" + (" (current)" if set_current else "")
+                        if versioning is not None
+                        else ""
+                    )
                 ),
                 soft_wrap=True,
             )

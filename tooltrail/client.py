@@ -61,6 +61,7 @@ from tooltrail.errors import (
 from tooltrail.host import Host
 from tooltrail.llm.messages import Message
 from tooltrail.reconcile import ReconcileReport, background_reconciliation, reconcile
+from tooltrail.registry_check import registry_fingerprint, watch_registry_peers
 from tooltrail.replays import RecordedTurn, RerunReport, compare, load_turn
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.scratch import ScratchDirs
@@ -70,6 +71,7 @@ from tooltrail.telemetry import ensure_configured
 from tooltrail.text import nesting_exceeds, too_many_calls
 from tooltrail.tools import Tool, ToolRegistry, UnknownToolError
 from tooltrail.verify import VerifyReport, verify_turn
+from tooltrail.versioning import eager_start_allowed
 from tooltrail.wire import (
     AgentCarry,
     AgentProgress,
@@ -610,7 +612,9 @@ class Tooltrail:
                 # With a worker in this process on this client (tooltrail.local), the server
                 # hands it the first workflow task in its answer to the start (~4 ms a turn
                 # here); without one, or where the server does not offer it, a plain start.
-                request_eager_start=True,
+                # Never with a versioned worker on the client (it would pin the turn to that
+                # worker's version, current or not).
+                request_eager_start=eager_start_allowed(self.client),
             )
         except WorkflowAlreadyStartedError as exc:
             raise ConfigurationError(
@@ -785,7 +789,7 @@ class Tooltrail:
             task_queue=self.task_queue,
             result_type=AgentRunOutput,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            request_eager_start=True,  # as for a turn (see start_turn)
+            request_eager_start=eager_start_allowed(self.client),  # as for a turn
         )
         self.sessions.add(session_id)
         return AgentHandle(handle)
@@ -1007,6 +1011,7 @@ async def local(
     server_db_filename: str | None = None,
     server_args: Sequence[str] = DEV_SERVER_ARGS,
     shutdown_timeout_s: float = 10.0,
+    worker: bool = True,
 ) -> AsyncIterator[Tooltrail]:
     """Run everything in-process: the embedded Temporal dev server, a worker and the database.
 
@@ -1027,6 +1032,8 @@ async def local(
         shutdown_timeout_s: how long the worker may take to stop on exit before it is
             cancelled (a turn whose final audit write is retrying against an unreachable
             database would otherwise hold it for ever; see ``_bounded``).
+        worker: run the embedded worker; ``False``: only the server and the client, for
+            workers started elsewhere (``tooltrail dev --no-worker``).
     """
     servers: list[WorkflowEnvironment] = []
     telemetry: list[Any] = []
@@ -1070,15 +1077,26 @@ async def local(
             scratch = ScratchDirs(wired.scratch_base, enabled=wired.managed_scratch)
             tt = Tooltrail(client, wired, task_queue=task_queue, store=store)
             try:
-                async with (
-                    _bounded(
-                        build_worker(
-                            client, wired, task_queue=task_queue, store=store, scratch=scratch
-                        ),
-                        shutdown_timeout_s,
-                    ),
-                    background_reconciliation(client, store, deployment.settings),
-                ):
+                async with contextlib.AsyncExitStack() as running:
+                    if worker:
+                        names = wired.registry.names()
+                        for context in (
+                            _bounded(
+                                build_worker(
+                                    client,
+                                    wired,
+                                    task_queue=task_queue,
+                                    store=store,
+                                    scratch=scratch,
+                                ),
+                                shutdown_timeout_s,
+                            ),
+                            background_reconciliation(client, store, deployment.settings),
+                            watch_registry_peers(
+                                client, task_queue, registry_fingerprint(names), names
+                            ),
+                        ):
+                            await running.enter_async_context(context)
                     yield tt
             finally:
                 for session_id in tt.sessions:

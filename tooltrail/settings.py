@@ -250,6 +250,13 @@ class Settings(BaseSettings):
     db_pool_timeout_s: float = Field(default=30.0, gt=0)
     """How long a database call waits for a free connection before it fails."""
 
+    # -- safe deploys (README "Upgrading"): Temporal worker deployment versioning ------------
+    worker_deployment: str | None = None
+    """The worker deployment a worker polls as (with ``worker_build_id``); ``None``:
+    unversioned (all workers of the queue must then run compatible code)."""
+    worker_build_id: str | None = None
+    """This worker's build id in ``worker_deployment``: a new one for each release."""
+
     # -- background reconciliation (README "Audit trail") ------------------------------------
     reconcile_enabled: bool = True
     """Workers reconcile turns closed outside tooltrail in the background (one at a time)."""

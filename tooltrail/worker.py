@@ -37,15 +37,22 @@ from tooltrail.host import Host
 from tooltrail.middleware import RedactingMiddleware
 from tooltrail.reconcile import background_reconciliation
 from tooltrail.recovery import NoopReflector
+from tooltrail.registry_check import (
+    registry_fingerprint,
+    watch_registry_peers,
+    worker_identity,
+)
 from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
 from tooltrail.telemetry import tracing_interceptors
 from tooltrail.tools import Tool, ToolRegistry
+from tooltrail.versioning import deployment_config, mark_versioned_worker
 from tooltrail.workflows.agent import AgentRunWorkflow
 from tooltrail.workflows.authorize import AuthorizeToolWorkflow
 from tooltrail.workflows.catalog import ToolCatalogWorkflow
 from tooltrail.workflows.session import CloseSessionWorkflow
 from tooltrail.workflows.turn import TurnWorkflow
+from tooltrail.workflows.versioned import VersionedAgentRunWorkflow
 
 __all__ = [
     "PURE_MODULES",
@@ -124,7 +131,9 @@ def build_worker(
         strict_sandbox: run the workflows under the sandbox's full watch (see
             ``sandbox_runner``); slower, for tests.
         **worker_options: passed to ``temporalio.worker.Worker``; the slots and the
-            workflow cache default to the settings (``Settings.worker_options``).
+            workflow cache default to the settings (``Settings.worker_options``). With a
+            ``deployment_config`` (``tooltrail.versioning.deployment_config``) the worker
+            polls as that deployment version: turns pinned, agent runs auto-upgrade.
 
     Raises:
         ConfigurationError: another worker process already uses the SQLite file of
@@ -174,13 +183,19 @@ def build_worker(
         extra_activities.append(conversation.model_turn)
     sessions = SessionActivities(scratch)
     recovery = RecoveryActivities(host.reflector, host.registry)
+    # A versioned worker runs agent runs as auto-upgrade (an unversioned one may not declare a
+    # behaviour at all): tooltrail.versioning says what moves where.
+    versioned = worker_options.get("deployment_config") is not None
+    agent_run = VersionedAgentRunWorkflow if versioned else AgentRunWorkflow
+    if versioned:
+        mark_versioned_worker(client)
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[
             TurnWorkflow,
             CloseSessionWorkflow,
-            AgentRunWorkflow,
+            agent_run,
             ToolCatalogWorkflow,
             AuthorizeToolWorkflow,
         ],
@@ -197,6 +212,10 @@ def build_worker(
         workflow_runner=sandbox_runner(strict=strict_sandbox),
         # Database errors leave activities without the data they were writing.
         interceptors=[CleanDatabaseErrors(), *worker_options.pop("interceptors", ())],
+        # The identity carries the registry's fingerprint, so peers with other tools on this
+        # queue can be told apart (tooltrail.registry_check).
+        identity=worker_options.pop("identity", None)
+        or worker_identity(registry_fingerprint(host.registry.names())),
         **{**_capacity(worker_options), **worker_options},
     )
 
@@ -364,8 +383,9 @@ async def worker(
     be migrated (``tooltrail db upgrade``). On exit, running tool attempts get
     ``graceful_shutdown`` to finish before they are cancelled (and retried elsewhere).
     ``engine_options`` go to the database engine (``pool_size``, ``max_overflow``, ...), the
-    other keyword arguments to ``build_worker`` (slots, workflow cache); both default to the
-    settings.
+    other keyword arguments to ``build_worker`` (slots, workflow cache, ``deployment_config``);
+    they default to the settings (worker versioning: ``worker_deployment`` and
+    ``worker_build_id``, see ``tooltrail.versioning``).
 
     Raises:
         DatabaseSchemaError: the database is not at the migrations' head.
@@ -378,6 +398,11 @@ async def worker(
         database_url=database_url,
         engine_options=engine_options,
     ) as deployment:
+        if "deployment_config" not in worker_options:
+            # Worker versioning from the settings (README "Upgrading"); None: unversioned.
+            worker_options["deployment_config"] = deployment_config(
+                deployment.settings.worker_deployment, deployment.settings.worker_build_id
+            )
         running = build_worker(
             deployment.client,
             deployment.host,
@@ -387,8 +412,13 @@ async def worker(
             **worker_options,
         )
         # The worker's background reconciliation (off with TOOLTRAIL_RECONCILE_ENABLED=0).
+        names = deployment.host.registry.names()
         async with (
             running,
             background_reconciliation(deployment.client, deployment.store, deployment.settings),
+            # A loud warning while workers with other tools poll the same queue.
+            watch_registry_peers(
+                deployment.client, deployment.task_queue, registry_fingerprint(names), names
+            ),
         ):
             yield running
