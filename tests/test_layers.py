@@ -35,6 +35,7 @@ WORKFLOW_MODULES = (
     "tooltrail.workflows.authorize",
     "tooltrail.workflows.catalog",
     "tooltrail.workflows.failures",
+    "tooltrail.workflows.memo",
     "tooltrail.workflows.planning",
     "tooltrail.workflows.recovery",
     "tooltrail.workflows.session",

@@ -280,7 +280,7 @@ async def test_verify_with_the_payload_codec_on(
 
         await edit_output(tt, turn_id, "a", "edited")
         report = await tt.verify(turn_id)
-        assert [p.kind for p in report.problems] == ["output_mismatch"]
+        assert sorted(p.kind for p in report.problems) == ["chain_broken", "output_mismatch"]
 
         # The command line with the deployment's keys (TOOLTRAIL_CODEC_KEYS).
         address = temporal_env.client.service_client.config.target_host

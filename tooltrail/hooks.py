@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 __all__ = [
     "Allow",
@@ -132,6 +132,14 @@ class HookDecision(BaseModel):
     """Which hook decided (its class name and position)."""
     expires_in: float | None = None
     """An ``Ask``'s own deadline, in seconds (``Ask(expires_in=...)``)."""
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Every byte is history: a decision without a deadline travels as it did before.
+        data: dict[str, Any] = handler(self)
+        if self.expires_in is None:
+            data.pop("expires_in", None)
+        return data
 
 
 def headless_ask_text(message: str) -> str:

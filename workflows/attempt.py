@@ -20,7 +20,7 @@ from tooltrail.detection import LoopCheck, operation_for, primary_value
 from tooltrail.envelopes import open_outcome
 from tooltrail.errors import LoopDetected, ToolRecoveryExhausted
 from tooltrail.hooks import HookDecision
-from tooltrail.memoize import MEMO_CACHE_BYTES, MemoEntry, with_cached_marker
+from tooltrail.memoize import MemoEntry
 from tooltrail.recovery import MAX_RECOVERY_ATTEMPTS
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.text import BREAKER_OPEN, canonical_json, render_text, stable_hash, trajectory
@@ -37,29 +37,24 @@ from tooltrail.wire import (
     InfraFailed,
     MemoHit,
     MemoryEntry,
-    MemoSeen,
     Ran,
     ShadowServed,
 )
 from tooltrail.workflows.approvals import Approvals
 from tooltrail.workflows.failures import infra_failed, raise_if_cancelled
+from tooltrail.workflows.memo import memo_hit, memo_in_place, memo_update
 from tooltrail.workflows.recovery import Recovery
 from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
 
 __all__ = ["CallPipeline"]
 
-MEMO_IN_PLACE = "memo-in-registration-order"
-"""Patch: a memoize layer not registered first serves its hits in the tool activity, at its
-place (histories before it served every hit in the workflow)."""
-
 APPROVAL_RECHECKS_LOOP = "approval-rechecks-loop"
 """Patch: an approved ``Ask`` reads the loop pre-check again (histories before it reused the
 check taken before the wait)."""
 
-# Bounded state: a turn's inline output budget (TurnState) and the memo cache's MEMO_CACHE_BYTES.
+# Bounded state: a turn's inline output budget (TurnState); the memo cache's is in .memo.
 _INLINE_BUDGET_PATCH = "tooltrail-inline-budget"
-_MEMO_BUDGET_PATCH = "tooltrail-memo-budget"
 
 # Margin on top of a tool's own timeout, so the tool's soft timeout text wins over Temporal's.
 _TIMEOUT_MARGIN = timedelta(seconds=30)
@@ -137,7 +132,7 @@ class CallPipeline:
                     operation = operation.model_copy(update={"result_hash": ran.output_hash})
                 state.detector.record(operation, config.detection)
             post = self._post_event(call, tool_name, attempt, arguments, result, outcome)
-            self._memo_update(call, tool_name, arguments, outcome)
+            memo_update(self._state, call, tool_name, arguments, outcome)
             # 6e memory: successful results only.
             if not result.is_error:
                 if state.plan.features.memory and state.input.shadow is None:
@@ -177,7 +172,7 @@ class CallPipeline:
             if refusal is not None:
                 return refusal
             self._loop_stop(call, tool_name, arguments, attempt, check)
-        hit = self._memo_hit(tool_name, arguments)
+        hit = memo_hit(self._state, tool_name, arguments)
         if hit is not None:
             # A memoized result: the hooks still judge the call, but nothing executes (a hit
             # calls no downstream service, so the breaker gate has nothing to protect).
@@ -188,7 +183,7 @@ class CallPipeline:
             return hit
         # 5 EXECUTE: a pending cancellation wins before and after the activity.
         raise_if_cancelled()
-        memo = self._memo_in_place(tool_name, arguments)
+        memo = memo_in_place(self._state, tool_name, arguments)
         outcome = await self._execute(call, tool_name, arguments, attempt, memo=memo)
         raise_if_cancelled()
         while True:
@@ -273,73 +268,6 @@ class CallPipeline:
                 return None  # never an activity's answer; the hooks did not refuse
             case _:
                 assert_never(asked)
-
-    def _memo_hit(self, tool_name: str, arguments: dict[str, Any]) -> MemoHit | None:
-        state = self._state
-        plan = state.plan.memo
-        if plan is None or state.input.shadow is not None:
-            return None
-        if not plan.outermost and workflow.patched(MEMO_IN_PLACE):
-            return None  # served in the activity, at the layer's place (_memo_in_place)
-        entry = state.memo.lookup(plan, tool_name, arguments, state.session_version)
-        if entry is None:
-            return None
-        return MemoHit(
-            output=with_cached_marker(entry.output),
-            is_error=False,
-            duration_ms=entry.duration_ms,  # the hit replays the original call's duration
-            resolved_tool_name=entry.resolved_tool_name,
-            display_hint=entry.display_hint,
-        )
-
-    def _memo_in_place(self, tool_name: str, arguments: dict[str, Any]) -> MemoEntry | None:
-        """The hit a memoize layer not registered first serves at its place, if any."""
-        state = self._state
-        plan = state.plan.memo
-        if plan is None or plan.outermost or state.input.shadow is not None:
-            return None
-        if not workflow.patched(MEMO_IN_PLACE):
-            return None
-        return state.memo.lookup(plan, tool_name, arguments, state.session_version)
-
-    def _memo_update(
-        self, call: ToolCall, tool_name: str, arguments: dict[str, Any], outcome: AttemptResult
-    ) -> None:
-        state = self._state
-        plan = state.plan.memo
-        if plan is None or outcome.is_error or state.input.shadow is not None:
-            return
-        kept: MemoSeen | AttemptResult = outcome
-        match outcome:
-            case MemoHit() | Ran(memo_served=True):
-                return  # served from the cache: nothing new to keep
-            case Ran() if not plan.outermost and workflow.patched(MEMO_IN_PLACE):
-                # What the layer saw come back from inside it: the layers before it apply
-                # again to every hit, so their output must not be cached.
-                if outcome.memo_seen is None:
-                    return  # stopped before the layer, or too large for the history
-                kept = outcome.memo_seen
-            case Ran(output_ref=str()):
-                return  # a large output stays in the database, not in the cache
-            case Ran() | ShadowServed() | InfraFailed():
-                pass
-            case _:
-                assert_never(outcome)
-        paths = state.plan.memo_paths.get(call.id, [])
-        state.memo.written(plan, tool_name, paths)
-        state.memo.remember(
-            plan,
-            tool=tool_name,
-            arguments=arguments,
-            output=kept.output,
-            duration_ms=kept.duration_ms,
-            resolved_tool_name=kept.resolved_tool_name or tool_name,
-            display_hint=kept.display_hint,
-            turn=state.session_version,
-            paths=paths,
-        )
-        if state.memo.over(MEMO_CACHE_BYTES) and workflow.patched(_MEMO_BUDGET_PATCH):
-            state.memo.trim(MEMO_CACHE_BYTES)  # session state stays small (oldest go first)
 
     def _post_event(
         self,

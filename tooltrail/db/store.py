@@ -559,7 +559,10 @@ class AuditStore:
             turn_id: the turn.
             heads: known head digests by run id (kept outside the database), if any.
         """
-        events = await self.events(turn_id, all_runs=True)
+        # The records as stored: a large output's blob is not part of its record's digest
+        # (the record holds its reference and hash; ``verify`` checks the blob's digest).
+        async with self.sessions() as session:
+            events = await list_events(session, turn_id=turn_id, all_runs=True)
         by_run: dict[str, list[AuditEvent]] = {}
         for event in events:
             by_run.setdefault(event.run_id or "", []).append(event)
