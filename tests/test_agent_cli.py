@@ -224,6 +224,11 @@ async def test_fork_from_turn_k_copies_the_prefix_and_links_both_runs(
             await tt.fork_agent(original.run_id, from_turn=7)
         with pytest.raises(ConfigurationError, match="no agent run 'run-nosuch'"):
             await tt.fork_agent("run-nosuch", from_turn=0)
+        # An id Temporal refuses (a workflow of that id exists): no link, no copy is left.
+        with pytest.raises(ConfigurationError, match="exists already"):
+            await tt.fork_agent(original.run_id, from_turn=1, new_run_id=original.turns[0])
+        assert len(await tt.run_links(original.run_id)) == 2
+        assert await tt.conversation(original.turns[0]) == []
     # The fork's conversation is the original's up to turn 1 (what its model call read),
     # then its own answer; its model was asked with exactly that prefix.
     prefix = before[:3]

@@ -20,10 +20,17 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from tooltrail.config import RunConfig
-from tooltrail.db.runs import ConversationRow, copy_conversation, load_run_rows, record_fork
+from tooltrail.db.runs import (
+    ConversationRow,
+    copy_conversation,
+    forget_fork,
+    load_run_rows,
+    record_fork,
+)
 from tooltrail.errors import ConfigurationError
 from tooltrail.wire import AgentCarry, AgentRunInput, AgentRunOutput, ModelSettings
 
@@ -148,11 +155,21 @@ async def start_fork(
             message_replaced=message is not None,
             created_at=datetime.now(UTC),
         )
-    return await client.start_workflow(
-        "AgentRunWorkflow",
-        inp,
-        id=new_run_id,
-        task_queue=task_queue,
-        result_type=AgentRunOutput,
-        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-    )
+    try:
+        return await client.start_workflow(
+            "AgentRunWorkflow",
+            inp,
+            id=new_run_id,
+            task_queue=task_queue,
+            result_type=AgentRunOutput,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        )
+    except BaseException as exc:
+        # No run started: neither trail may say it was forked, nor may a copy linger.
+        async with store.sessions.begin() as session:
+            await forget_fork(session, run_id=new_run_id)
+        if isinstance(exc, WorkflowAlreadyStartedError):
+            raise ConfigurationError(
+                f"a workflow {new_run_id!r} exists already; choose another run id"
+            ) from exc
+        raise

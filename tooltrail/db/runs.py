@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel
-from sqlalchemy import or_, select
+from sqlalchemy import delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tooltrail.db.orm import AuditEventRow, ConversationMessageRow, RunForkRow, TurnRow
@@ -24,6 +24,7 @@ __all__ = [
     "ConversationRow",
     "RunLink",
     "copy_conversation",
+    "forget_fork",
     "list_run_links",
     "list_run_turns",
     "load_run_rows",
@@ -148,6 +149,14 @@ async def record_fork(
             "message_replaced": message_replaced,
             "created_at": created_at,
         },
+    )
+
+
+async def forget_fork(session: AsyncSession, *, run_id: str) -> None:
+    """Remove a fork that never started: its link and its copied conversation."""
+    await session.execute(delete(RunForkRow).where(RunForkRow.run_id == run_id))
+    await session.execute(
+        delete(ConversationMessageRow).where(ConversationMessageRow.run_id == run_id)
     )
 
 
