@@ -258,3 +258,37 @@ async def test_fork_from_turn_k_copies_the_prefix_and_links_both_runs(
         assert bad.returncode == 1, bad.stderr
         assert len(error_lines(bad.stderr)) == 1, bad.stderr
         assert text in bad.stderr and "Traceback" not in bad.stderr
+
+
+async def test_a_fork_keeps_the_originals_model_and_a_fork_of_a_fork_counts_the_same(
+    stack: StackFactory,
+) -> None:
+    seen: list[ModelRequest] = []
+    script = [
+        *two_tool_turns_then("original"),
+        tool_call_response(("c3", "add", {"a": 5, "b": 6})),
+        _echo("fork answer", seen),
+        _echo("fork of fork", seen),
+    ]
+    async with stack(Host([add], model=ScriptedModel(script))) as tt:
+        original = await tt.run_agent("add", session_id=f"s-{uuid.uuid4()}", model="m-orig")
+        before = await tt.conversation(original.run_id)
+        fork = await tt.fork_agent(original.run_id, from_turn=1)
+        fork_result = await fork.result()
+        fork_conversation = await tt.conversation(fork.run_id)
+        # Turn 2 of the fork is its own (the copy holds turns 0 and 1 of the original).
+        second = await tt.fork_agent(fork.run_id, from_turn=2, model="m-other")
+        await second.result()
+        second_conversation = await tt.conversation(second.run_id)
+        links = await tt.run_links(fork.run_id)
+    assert [r.text for r in (original, fork_result)] == ["original", "fork answer"]
+    assert fork_result.turns == [f"{fork.run_id}-turn-1", f"{fork.run_id}-turn-2"]
+    assert fork_conversation[:3] == before[:3]
+    assert seen[0].model == "m-orig"  # the original's settings, read from its history
+    assert second_conversation[:5] == fork_conversation[:5]
+    assert [m.content for m in seen[1].messages] == [m.content for m in fork_conversation[:5]]
+    assert seen[1].model == "m-other"
+    assert [(link.direction, link.from_turn) for link in links] == [
+        ("forked_from", 1),
+        ("forked_to", 2),
+    ]
