@@ -92,7 +92,9 @@ async def test_audit_show_of_a_run_lists_its_turns_and_conversation(
     assert "add [c2]" in text.stdout and "seven and three" in text.stdout
     assert unknown.returncode == 1
     assert len(error_lines(unknown.stderr)) == 1, unknown.stderr
-    assert "no turn 'run-nosuch' (nor agent run of that id)" in unknown.stderr
+    assert (
+        "no turn 'run-nosuch' in the audit database, nor an agent run of that id" in unknown.stderr
+    )
     assert "Traceback" not in unknown.stderr
 
 

@@ -708,7 +708,7 @@ def audit_show(
         if show_run(turn_id, database_url=database_url, full=full, json_output=json_output):
             return
         raise _fail(
-            f"no turn {turn_id!r} (nor agent run of that id) in the audit database; "
+            f"no turn {turn_id!r} in the audit database, nor an agent run of that id; "
             "`tooltrail audit list` shows recent turns (and --database-url picks the database)"
         )
     if json_output:
