@@ -325,15 +325,62 @@ def run_agent_command(
             help="Ask the model in a local activity: faster, for fast models (see start_agent).",
         ),
     ] = False,
+    temporal_address: Annotated[
+        str | None,
+        typer.Option(
+            help="HOST:PORT of a Temporal cluster whose workers run the agent (their model "
+            "client answers; --provider is not used). Default: the embedded stack."
+        ),
+    ] = None,
+    task_queue: Annotated[
+        str | None,
+        typer.Option(envvar="TOOLTRAIL_TASK_QUEUE", help="The workers' task queue (cluster)."),
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(envvar="TOOLTRAIL_NAMESPACE", help="Temporal namespace (cluster)."),
+    ] = None,
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "--detach", help="Print the run id once it has started and return (cluster only)."
+        ),
+    ] = False,
     database_url: DatabaseOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Run a one-shot durable agent on the embedded stack (endpoint and key from settings)."""
+    """Run a durable agent, on the embedded stack or (--temporal-address) a cluster's workers.
+
+    On the embedded stack the model's endpoint and key come from the settings; on a cluster
+    the workers' model client answers, and --detach returns once the run has started.
+    """
     import uuid
 
     import tooltrail
     from tooltrail.llm import build_model_client
 
+    session_id = session or f"cli-{uuid.uuid4().hex[:8]}"
+    if temporal_address is not None:
+        from tooltrail.cli_runs import run_on_cluster
+
+        run_on_cluster(
+            prompt,
+            temporal_address=temporal_address,
+            namespace=namespace,
+            task_queue=task_queue,
+            database_url=database_url,
+            session_id=session_id,
+            model=model,
+            system=system,
+            max_turns=max_turns,
+            local_model=local_model,
+            detach=detach,
+            json_output=json_output,
+        )
+        return
+    if detach:
+        # The embedded server stops with this command, and the run with it.
+        raise _fail("--detach needs --temporal-address: the embedded server stops with the command")
     wired = load_host(tools)
     client = build_model_client(provider, model=model)  # type: ignore[arg-type]
     host = Host(
@@ -351,7 +398,7 @@ def run_agent_command(
         async with tooltrail.local(host, database_url=_database_url(database_url)) as tt:
             result = await tt.run_agent(
                 prompt,
-                session_id=session or f"cli-{uuid.uuid4().hex[:8]}",
+                session_id=session_id,
                 system=system,
                 max_turns=max_turns,
                 local_model=local_model,
@@ -699,7 +746,7 @@ def _list_stuck(temporal_address: str | None, limit: int, json_output: bool) -> 
 
 @audit_app.command("show")
 def audit_show(
-    turn_id: Annotated[str, typer.Argument(help="The turn id.")],
+    turn_id: Annotated[str, typer.Argument(help="The turn id, or an agent run's id.")],
     full: Annotated[bool, typer.Option("--full", help="Show complete inputs and outputs.")] = False,
     all_runs: Annotated[
         bool,
@@ -708,7 +755,8 @@ def audit_show(
     database_url: DatabaseOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Show one turn's audit trail as a timeline (its latest Temporal run, or every run)."""
+    """Show one turn's audit trail (its latest Temporal run, or every run), or a run's turns."""
+    from tooltrail.cli_runs import show_run
 
     async def read(store: Any) -> tuple[Any, list[Any], list[Any]]:
         return (
@@ -719,9 +767,11 @@ def audit_show(
 
     turn, every, runs = _run(_with_store(_database_url(database_url), read))
     if turn is None and not every:
+        if show_run(turn_id, database_url=database_url, full=full, json_output=json_output):
+            return
         raise _fail(
-            f"no turn {turn_id!r} in the audit database; `tooltrail audit list` shows recent "
-            "turns (and --database-url picks the database)"
+            f"no turn {turn_id!r} in the audit database, nor an agent run of that id; "
+            "`tooltrail audit list` shows recent turns (and --database-url picks the database)"
         )
     by_run: dict[str, list[Any]] = {}
     for event in every:
@@ -1578,6 +1628,16 @@ def approvers_keygen(
     console.print(Text(f"wrote the private key of {name!r} to {out} (keep it to yourself)"))
     console.print(Text(f"approver entry for the workers: {entry}"), soft_wrap=True)
 
+
+def _register_run_commands() -> None:
+    # In their own module (others edit this one); registered here, where ``app`` lives.
+    from tooltrail.cli_runs import cancel_command, fork_command
+
+    app.command("cancel")(cancel_command)
+    app.command("fork")(fork_command)
+
+
+_register_run_commands()
 
 if __name__ == "__main__":
     main()

@@ -47,6 +47,7 @@ from tooltrail.db.approvals import (
     list_rejections,
     record_rejection,
 )
+from tooltrail.db.runs import RunLink, list_run_links, list_run_turns
 from tooltrail.db.store import AuditStore, TurnSummary
 from tooltrail.embedded import DEV_SERVER_ARGS, start_dev_server
 from tooltrail.errors import (
@@ -58,6 +59,7 @@ from tooltrail.errors import (
     TurnError,
     TurnFailed,
 )
+from tooltrail.forks import start_fork
 from tooltrail.host import Host
 from tooltrail.llm.messages import Message
 from tooltrail.reconcile import ReconcileReport, background_reconciliation, reconcile
@@ -89,6 +91,7 @@ from tooltrail.wire import (
     TurnInput,
     TurnOutput,
     TurnRun,
+    TurnRecord,
     WorkerCatalog,
 )
 from tooltrail.worker import build_worker, open_deployment, settings_client_options
@@ -800,6 +803,66 @@ class Tooltrail:
         """Run an agent to its final answer; see ``start_agent``."""
         handle = await self.start_agent(messages, session_id=session_id, **options)
         return await handle.result()
+
+    async def fork_agent(
+        self,
+        run_id: str,
+        *,
+        from_turn: int,
+        message: str | None = None,
+        new_run_id: str | None = None,
+        session_id: str | None = None,
+        model: ModelSettings | str | None = None,
+        config: RunConfig | None = None,
+        max_turns: int | None = None,
+    ) -> AgentHandle:
+        """Start a new run from turn ``from_turn`` of an agent run (time travel, audited).
+
+        The new run's conversation is a copy of the original's up to turn ``from_turn``
+        (0-based, as in turn ids): its first model call asks turn ``from_turn`` again. Both
+        runs' trails record the fork (``tooltrail audit show RUN``, ``run_links``). The
+        model settings, configuration and tools are the original's when its history can
+        still be read (else the defaults); see ``tooltrail.forks``.
+
+        Args:
+            run_id: the run to fork (it may be running or finished).
+            from_turn: the turn to start again from (0 to the run's last answered turn).
+            message: replaces the text of the last user message of the copy.
+            new_run_id: the new run's id (a new one by default).
+            session_id: the new run's session (default: its run id; a fork does not share
+                the original's loop window).
+            model: the model name or settings (default: the original's).
+            config: the dispatch configuration (default: the original's).
+            max_turns: at most this many turns of the new run (default: the original's
+                bound on its turn numbers).
+
+        Raises:
+            ConfigurationError: no such run, or it has no turn ``from_turn``.
+        """
+        handle = await start_fork(
+            self.client,
+            self.store,
+            task_queue=self.task_queue,
+            run_id=run_id,
+            from_turn=from_turn,
+            message=message,
+            new_run_id=new_run_id,
+            session_id=session_id,
+            model=model,
+            config=config,
+            max_turns=max_turns,
+        )
+        return AgentHandle(handle)
+
+    async def run_turns(self, run_id: str) -> list[TurnRecord]:
+        """Return the turns of an agent run that asked its model, in the order they started."""
+        async with self.store.sessions() as session:
+            return await list_run_turns(session, run_id=run_id)
+
+    async def run_links(self, run_id: str) -> list[RunLink]:
+        """Return the forks of and from an agent run, oldest first."""
+        async with self.store.sessions() as session:
+            return await list_run_links(session, run_id=run_id)
 
     async def stuck_turns(self, *, min_attempts: int = 2, limit: int = 200) -> list[StuckTurn]:
         """Return running turns whose workflow task keeps failing.

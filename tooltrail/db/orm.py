@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     Float,
@@ -33,6 +34,7 @@ __all__ = [
     "IdempotencyRecordRow",
     "MaintenanceLeaseRow",
     "MemoryEntryRow",
+    "RunForkRow",
     "SessionStateRow",
     "ToolHealthRow",
     "TurnRow",
@@ -281,4 +283,25 @@ class ApprovalRejectionRow(Base):
     """The validator's reason."""
     answer: Mapped[str] = mapped_column(SafeText)
     """The approval as sent (JSON text: the statement and its signature, if signed)."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class RunForkRow(Base):
+    """An agent run forked from another run's conversation (``Tooltrail.fork_agent``).
+
+    One row links both runs: the new run reads it as "forked from", the original as "forked
+    to". Runs have no row of their own (their turns and conversation do), so the link is
+    kept here rather than as an audit event of a turn.
+    """
+
+    __tablename__ = "run_fork"
+
+    run_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    """The new run."""
+    source_run_id: Mapped[str] = mapped_column(String(255), index=True)
+    """The run it was forked from."""
+    from_turn: Mapped[int] = mapped_column(Integer)
+    """The original's turn (0-based) the new run starts again from."""
+    message_replaced: Mapped[bool] = mapped_column(Boolean)
+    """Whether the last user message of the copied conversation was replaced."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
