@@ -90,8 +90,8 @@ from tooltrail.wire import (
     ShadowPlan,
     TurnInput,
     TurnOutput,
-    TurnRun,
     TurnRecord,
+    TurnRun,
     WorkerCatalog,
 )
 from tooltrail.worker import build_worker, open_deployment, settings_client_options
