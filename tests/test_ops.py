@@ -17,6 +17,7 @@ from tooltrail import Block, Host, PreToolUseContext, ToolCall, tool
 from tooltrail.histories import load_histories, replay_histories
 from tooltrail.wire import TurnInput, TurnOutput
 from tooltrail.workflows.agent import AgentRunWorkflow
+from tooltrail.workflows.authorize import AuthorizeToolWorkflow
 from tooltrail.workflows.catalog import ToolCatalogWorkflow
 from tooltrail.workflows.session import CloseSessionWorkflow
 from tooltrail.workflows.turn import TurnWorkflow
@@ -101,9 +102,15 @@ class ChangedTurnWorkflow(TurnWorkflow):
 
 async def test_a_nondeterministic_change_is_caught_over_the_corpus() -> None:
     histories = load_histories([HISTORIES])
-    workflows = [ChangedTurnWorkflow, CloseSessionWorkflow, AgentRunWorkflow, ToolCatalogWorkflow]
+    workflows = [
+        ChangedTurnWorkflow,
+        CloseSessionWorkflow,
+        AgentRunWorkflow,
+        ToolCatalogWorkflow,
+        AuthorizeToolWorkflow,
+    ]
     report = await replay_histories(histories, workflows=workflows)
-    others = ("close", "agent", "catalog")
+    others = ("close", "agent", "catalog", "authorize")
     turn_histories = [h for h in histories if not any(name in h[0] for name in others)]
     assert len(report.failures) == len(turn_histories)
     assert all(

@@ -90,7 +90,10 @@ async def test_local_shuts_down_promptly_while_a_locked_sqlite_refuses_the_final
     await shuts_down_promptly(sqlite_locked(tmp_path), caplog)
 
 
+# The locked-SQLite test above leaves an aiosqlite connection to the garbage collector; it may
+# be collected (with its ResourceWarning) while this test runs.
 @pytest.mark.postgres
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_local_shuts_down_promptly_while_postgresql_is_down(
     throwaway_pg: ThrowawayPostgres, caplog: pytest.LogCaptureFixture
 ) -> None:
