@@ -356,7 +356,7 @@ class ToolActivities:
 
         Temporal retries an attempt whose worker was lost: attempts below this one started
         and never reported. Those that heartbeat while their body ran named their worker in
-        the heartbeat details (``_body_details``); the others are lost with no worker known.
+        the heartbeat marks (``_started_list``); the others are lost with no worker known.
         """
         info = activity.info()
         outcome.temporal_attempt = info.attempt
