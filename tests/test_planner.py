@@ -96,7 +96,10 @@ def test_ten_thousand_calls_plan_well_inside_the_deadlock_detector() -> None:
         started = time.perf_counter()
         plan = plan_waves(calls)
         elapsed = time.perf_counter() - started
-        assert elapsed < 0.2, f"{elapsed:.3f} s for 10,000 calls"
+        # The bound that matters is Temporal's deadlock detector (2 s for a workflow task):
+        # the quadratic planner took 1.8 s here; this one takes milliseconds unloaded and
+        # ~0.4 s on a loaded CI machine, so half the detector's budget cannot flake.
+        assert elapsed < 1.0, f"{elapsed:.3f} s for 10,000 calls"
         assert sum(len(wave) for wave in plan) == 10_000
     assert plan_waves(mixed[:500]) == reference_plan(mixed[:500])
 
