@@ -39,6 +39,14 @@ from rich.text import Text
 from temporalio.service import RPCError, RPCStatusCode
 
 from tooltrail.cli_config import config_app
+from tooltrail.cli_options import (
+    AddressOption,
+    DatabaseOption,
+    JsonOption,
+    NamespaceOption,
+    TaskQueueOption,
+    ToolsOption,
+)
 from tooltrail.errors import ConfigurationError, TooltrailError
 from tooltrail.host import Host
 from tooltrail.render import (
@@ -79,27 +87,6 @@ app.add_typer(approvers_app, name="approvers")
 console = Console()
 errors = Console(stderr=True)
 T = TypeVar("T")
-
-DatabaseOption = Annotated[
-    str | None,
-    typer.Option(
-        "--database-url",
-        envvar="TOOLTRAIL_DATABASE_URL",
-        help="Audit database URL (default: the embedded SQLite file).",
-    ),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-AddressOption = Annotated[
-    str | None, typer.Option(envvar="TOOLTRAIL_TEMPORAL_ADDRESS", help="HOST:PORT")
-]
-ToolsOption = Annotated[
-    str,
-    typer.Option(
-        "--tools",
-        envvar="TOOLTRAIL_TOOLS",
-        help="MODULE:ATTR naming a Host, a ToolRegistry or a list of tools.",
-    ),
-]
 
 
 def load_host(spec: str) -> Host:
@@ -482,8 +469,8 @@ def worker(
     temporal_address: Annotated[
         str | None, typer.Option(envvar="TOOLTRAIL_TEMPORAL_ADDRESS", help="HOST:PORT")
     ] = None,
-    namespace: Annotated[str | None, typer.Option(envvar="TOOLTRAIL_NAMESPACE")] = None,
-    task_queue: Annotated[str | None, typer.Option(envvar="TOOLTRAIL_TASK_QUEUE")] = None,
+    namespace: NamespaceOption = None,
+    task_queue: TaskQueueOption = None,
     database_url: DatabaseOption = None,
     mcp: Annotated[
         list[str] | None,
@@ -1452,7 +1439,7 @@ def rerun(
     ] = False,
     session: Annotated[str | None, typer.Option(help="Session of the new turn.")] = None,
     temporal_address: AddressOption = None,
-    task_queue: Annotated[str | None, typer.Option(envvar="TOOLTRAIL_TASK_QUEUE")] = None,
+    task_queue: TaskQueueOption = None,
     database_url: DatabaseOption = None,
     json_output: JsonOption = False,
 ) -> None:

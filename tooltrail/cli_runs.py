@@ -14,6 +14,13 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from tooltrail.cli_options import (
+    AddressOption,
+    DatabaseOption,
+    JsonOption,
+    NamespaceOption,
+    TaskQueueOption,
+)
 from tooltrail.render import id_column, preview, print_json, print_table
 
 if TYPE_CHECKING:
@@ -21,26 +28,6 @@ if TYPE_CHECKING:
     from tooltrail.wire import TurnRecord
 
 __all__ = ["cancel_command", "fork_command", "run_on_cluster", "show_run"]
-
-_DatabaseOption = Annotated[
-    str | None,
-    typer.Option(
-        "--database-url",
-        envvar="TOOLTRAIL_DATABASE_URL",
-        help="Audit database URL (default: the embedded SQLite file).",
-    ),
-]
-_JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-_AddressOption = Annotated[
-    str | None, typer.Option(envvar="TOOLTRAIL_TEMPORAL_ADDRESS", help="HOST:PORT")
-]
-_TaskQueueOption = Annotated[
-    str | None,
-    typer.Option(envvar="TOOLTRAIL_TASK_QUEUE", help="The workers' task queue."),
-]
-_NamespaceOption = Annotated[
-    str | None, typer.Option(envvar="TOOLTRAIL_NAMESPACE", help="Temporal namespace.")
-]
 
 _STATUS_STYLES = {
     "completed": "green",
@@ -140,9 +127,9 @@ def _conversation_table(rows: list[ConversationRow], *, full: bool) -> Table:
 
 def cancel_command(
     workflow_id: Annotated[str, typer.Argument(help="A turn id or an agent run id.")],
-    temporal_address: _AddressOption = None,
-    namespace: _NamespaceOption = None,
-    json_output: _JsonOption = False,
+    temporal_address: AddressOption = None,
+    namespace: NamespaceOption = None,
+    json_output: JsonOption = False,
 ) -> None:
     """Cancel a turn or a whole agent run (its turn in flight too).
 
@@ -224,11 +211,11 @@ def fork_command(
     wait: Annotated[
         bool, typer.Option("--wait", help="Wait for the new run's answer and print it.")
     ] = False,
-    temporal_address: _AddressOption = None,
-    namespace: _NamespaceOption = None,
-    task_queue: _TaskQueueOption = None,
-    database_url: _DatabaseOption = None,
-    json_output: _JsonOption = False,
+    temporal_address: AddressOption = None,
+    namespace: NamespaceOption = None,
+    task_queue: TaskQueueOption = None,
+    database_url: DatabaseOption = None,
+    json_output: JsonOption = False,
 ) -> None:
     """Start a new agent run from turn K of a run; both runs' trails record the fork.
 
