@@ -951,6 +951,13 @@ def audit_verify(
             + Text(
                 f" {report.turn_id}: {report.attempts_checked} tool attempts checked, "
                 f"trail {report.trail_status}, Temporal {report.temporal_status}"
+                + (
+                    f", chain anchored in its {report.anchor}"
+                    if report.anchor
+                    else ", chain not anchored"
+                    if report.checkable
+                    else ""
+                )
             ),
             soft_wrap=True,
         )

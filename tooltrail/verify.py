@@ -8,7 +8,12 @@ server. ``verify`` fetches the history and checks that the trail says what it sa
 - the output of each such record has the digest of the output Temporal returned (a large
   output's digest travels in the history; its text is read back from ``blob``);
 - the turn's final status is the one Temporal closed the workflow with;
-- the records' ``seq`` run 0, 1, 2, ... with no hole (a deleted record leaves one).
+- the records' ``seq`` run 0, 1, 2, ... with no hole (a deleted record leaves one);
+- every run's hash chain holds (``tooltrail.chain``), and the latest run's ends at the head
+  the run anchored in its history: a completed turn's result (``TurnOutput.trail_head``), a
+  failed or cancelled turn's memo (``TRAIL_HEAD_MEMO``), agent runs' turns included; so a
+  trail cut short at its end is caught too (``VerifyReport.anchor`` says where, or that the
+  run has no anchor: running, terminated, timed out, or recorded before its anchor existed).
 
 Problems are mismatches, except ``unknown_turn``, ``history_gone`` and ``undecodable``: the
 turn cannot be checked (nothing of it anywhere; Temporal deleted its history by retention;
@@ -26,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, computed_field
 from temporalio.api.enums.v1 import EventType
@@ -42,6 +47,7 @@ from tooltrail.text import render_text, stable_hash
 from tooltrail.wire import (
     ATTEMPT_OUTCOME,
     TOOL_EXECUTE,
+    TRAIL_HEAD_MEMO,
     AuditEvent,
     BreakerRefused,
     ExecuteAttempt,
@@ -98,6 +104,11 @@ class VerifyReport(BaseModel):
     """How Temporal says the run stands (``running`` while it runs)."""
     trail_status: str | None = None
     """What the turn's row says."""
+    anchor: Literal["result", "memo"] | None = None
+    """Where the latest run anchored its hash chain's head in Temporal's history: its result
+    (a completed turn), its memo (a failed or cancelled one); None, not anchored (a turn
+    running, terminated or timed out, or recorded by a worker older than its anchor): then
+    a chain cut short at its end goes unnoticed."""
     attempts_checked: int = 0
     """Completed tool activities found in the history and matched against the trail."""
     problems: list[Problem] = Field(default_factory=list)
@@ -264,6 +275,7 @@ async def verify_turn(
         return report
     try:
         attempts, closed = await _completed_attempts(client, events)
+        anchor = await _trail_head(client, events)
     except Exception as exc:  # a codec without the keys, a payload of another converter
         detail = (
             f"the history's payloads cannot be decoded here ({type(exc).__name__}): give this "
@@ -272,6 +284,9 @@ async def verify_turn(
         report.problems.append(Problem(kind="undecodable", turn_id=turn_id, detail=detail))
         return report
     report.temporal_status = closed or "running"
+    head = None
+    if anchor is not None:
+        head, report.anchor = anchor
     if row is None:
         report.problems.append(
             Problem(
@@ -335,7 +350,7 @@ async def verify_turn(
                 )
             )
     report.problems.extend(_seq_problems(turn_id, trail))
-    report.problems.extend(await _chain_problems(client, store, turn_id, report.run_id, events))
+    report.problems.extend(await _chain_problems(store, turn_id, report.run_id, head))
     if approvers:
         report.problems.extend(_signature_problems(turn_id, trail, approvers))
     return report
@@ -359,30 +374,37 @@ def _signature_problems(
     return problems
 
 
-async def _trail_head(client: Client, events: list[HistoryEvent]) -> str | None:
-    """The chain head a completed turn anchored in its result (``TurnOutput.trail_head``)."""
+async def _trail_head(
+    client: Client, events: list[HistoryEvent]
+) -> tuple[str, Literal["result", "memo"]] | None:
+    """The chain head the run anchored in Temporal's history, and where; None: no anchor.
+
+    A completed turn anchors it in its result (``TurnOutput.trail_head``); a failed or
+    cancelled one, in its memo (``TRAIL_HEAD_MEMO``, upserted after its final write). Runs
+    recorded before either existed have no anchor: their chain is checked on its own.
+    """
     for event in reversed(events):
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
             payloads = event.workflow_execution_completed_event_attributes.result.payloads
             if not payloads:
                 return None
             (output,) = await client.data_converter.decode(list(payloads), [TurnOutput])
-            return output.trail_head or None
+            return (output.trail_head, "result") if output.trail_head else None
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
+            memo = event.workflow_properties_modified_event_attributes.upserted_memo.fields
+            if TRAIL_HEAD_MEMO in memo:
+                (head,) = await client.data_converter.decode([memo[TRAIL_HEAD_MEMO]], [str])
+                return (str(head), "memo") if head else None
     return None
 
 
 async def _chain_problems(
-    client: Client,
-    store: AuditStore,
-    turn_id: str,
-    run_id: str | None,
-    events: list[HistoryEvent],
+    store: AuditStore, turn_id: str, run_id: str | None, head: str | None
 ) -> list[Problem]:
-    """Each run's hash chain recomputed; the latest run's also against its anchor.
+    """Each run's hash chain recomputed; the latest run's also against its anchor, if any.
 
     Records written before digests existed (no ``digest``) have no chain to check.
     """
-    head = await _trail_head(client, events)
     heads = {run_id: head} if run_id and head else {}
     found = await store.chain_problems(turn_id, heads=heads)
     problems: list[Problem] = []

@@ -33,6 +33,7 @@ __all__ = [
     "SESSION_CLEANUP",
     "TOOL_CATALOG",
     "TOOL_EXECUTE",
+    "TRAIL_HEAD_MEMO",
     "TURN_PREPARE",
     "AgentCarry",
     "AgentProgress",
@@ -99,6 +100,9 @@ ACCESS_AUTHORIZE = "tooltrail.access.authorize"
 """Activity: the worker's access gate answers a preflight (``Tooltrail.authorize_tool``)."""
 TURN_PREPARE = "tooltrail.turn.prepare"
 """Activity (local): plan a standalone turn where the tools live (``TurnPlan``)."""
+TRAIL_HEAD_MEMO = "tooltrail.trail_head"
+"""The memo key where a turn that ends without a result (failed, cancelled) anchors its
+run's hash chain head (``TurnOutput.trail_head`` is the completed turns' anchor)."""
 
 EventKind = Literal[
     "turn_started",
@@ -160,9 +164,13 @@ class MemoryEntry(BaseModel):
     created_at: datetime
     """Workflow time of the call's completion."""
     seq: int = 0
-    """The ``seq`` of the call's ``tool_post`` event (the idempotency key with the turn)."""
+    """The ``seq`` of the call's ``tool_post`` event (the idempotency key with the turn and
+    the run)."""
     turn_id: str = ""
     """The turn it came from."""
+    run_id: str = ""
+    """The Temporal run of the turn that made it (the audit write fills it in; empty for
+    notes stored before memory was run-aware, or whose run is unknown)."""
     session_id: str = ""
     """The session it belongs to."""
 

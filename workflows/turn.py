@@ -34,6 +34,7 @@ from tooltrail.text import (
     too_many_calls,
 )
 from tooltrail.wire import (
+    TRAIL_HEAD_MEMO,
     ApprovalInput,
     ConversationAppend,
     ModelPhase,
@@ -57,6 +58,9 @@ __all__ = ["TurnWorkflow"]
 
 _MAX_CALLS_PATCH = "tooltrail-max-calls"
 """Turns with more calls than ``RunConfig.max_calls`` answer them all without running any."""
+
+_ANCHOR_MEMO_PATCH = "tooltrail-trail-anchor-memo"
+"""Failed and cancelled turns anchor their trail's head in the memo (``TRAIL_HEAD_MEMO``)."""
 
 _EVENT_INPUT_LIMIT = 64 * 1024
 """Bytes of a call's input recorded in its tool_call_received event before it is cut."""
@@ -176,12 +180,14 @@ class TurnWorkflow:
             )
             self._turn_end(started, [], success=False, error="cancelled")
             await self._finish("cancelled", cancelled)
+            self._anchor()
             raise
         except TurnError as hard:
             self._started(started)
             # The batch's results are discarded; the audit trail keeps everything.
             self._turn_end(tools_started, [], success=False, error=str(hard))
             await self._finish("failed", hard)
+            self._anchor()
             raise application_error(hard) from None
         usage = response.usage if response is not None else None
         if response is None or inp.calls:
@@ -302,6 +308,18 @@ class TurnWorkflow:
             # The run is over: a pattern at stop level must not stop the session's next run.
             self._state.end_of_run()
         await self._trail.finish(status, error)
+
+    def _anchor(self) -> None:
+        """Anchor the trail's head in the memo: the anchor of a turn that returns no result.
+
+        A completed turn's head rides in its result; a failed or cancelled one has none, so
+        its head goes where SQL cannot rewrite it either, once the final write has landed:
+        one memo upsert per such turn, nothing per call. Its payload goes through the data
+        converter (and the codec) like the result, so ``verify`` reads it back the same way.
+        """
+        head = self._trail.head
+        if head and workflow.patched(_ANCHOR_MEMO_PATCH):
+            workflow.upsert_memo({TRAIL_HEAD_MEMO: head})
 
     async def _finish_recording(self) -> None:
         # Every call has its result: a cancellation arriving now cannot change the outcome,

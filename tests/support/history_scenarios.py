@@ -576,6 +576,9 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "corrections": (corrections, Host(TOOLS, reflector=FixThenSwitch())),
     "corrections_checked": (corrections_checked, Host(TOOLS, reflector=ChangeToHidden())),
     "cancelled_during_tool": (cancelled_during_tool, Host(TOOLS)),
+    # The same turns past the trail's memo anchor (tooltrail-trail-anchor-memo).
+    "recovery_exhausted_anchored": (recovery_exhausted, Host(TOOLS, reflector=AlwaysRecoverable())),
+    "cancelled_during_tool_anchored": (cancelled_during_tool, Host(TOOLS)),
     "close_session": (close_session, Host(TOOLS)),
     "parallel_waves": (parallel_waves, Host(TOOLS)),
     "parallel_hard_error": (parallel_hard_error, Host(TOOLS, reflector=AlwaysRecoverable())),

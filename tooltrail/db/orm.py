@@ -136,14 +136,19 @@ class AuditEventRow(Base):
 
 
 class MemoryEntryRow(Base):
-    """One memory note of a session; unique per (turn, seq of the call's post event)."""
+    """One memory note of a session; unique per (turn, run, seq of the call's post event).
+
+    Run-aware like ``audit_event``: a reset turn's new run keeps its own notes.
+    """
 
     __tablename__ = "memory_entry"
-    __table_args__ = (UniqueConstraint("turn_id", "seq"),)
+    __table_args__ = (UniqueConstraint("turn_id", "run_id", "seq"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     session_id: Mapped[str] = mapped_column(String(255), index=True)
     turn_id: Mapped[str] = mapped_column(String(255))
+    run_id: Mapped[str] = mapped_column(String(255), default="", server_default="")
+    """The Temporal run that made the note; empty: unknown (see the migration 3c8e1f0a7b52)."""
     seq: Mapped[int] = mapped_column(Integer)
     kind: Mapped[str] = mapped_column(String(32))
     content: Mapped[str] = mapped_column(SafeText)

@@ -331,16 +331,20 @@ async def _write_records(session: AsyncSession, flush: Flush) -> str | None:
     return head
 
 
-async def record_memory(session: AsyncSession, *, entries: Sequence[MemoryEntry]) -> None:
-    """Insert memory entries; those already stored under (turn, seq) are left alone."""
+async def record_memory(
+    session: AsyncSession, *, entries: Sequence[MemoryEntry], run_id: str = ""
+) -> None:
+    """Insert memory entries of a run; those already stored under (turn, run, seq) stay."""
     if not entries:
         return
     rows = [entry.model_dump() for entry in entries]
+    for row in rows:
+        row["run_id"] = row["run_id"] or run_id
     stmt = _prepared(
         session,
         "memory",
         lambda insert: insert(MemoryEntryRow.__table__).on_conflict_do_nothing(
-            index_elements=["turn_id", "seq"]
+            index_elements=["turn_id", "run_id", "seq"]
         ),
     )
     await session.execute(stmt, rows)
@@ -379,10 +383,34 @@ async def list_events(
 
 
 async def list_memory(session: AsyncSession, *, session_id: str) -> list[MemoryEntry]:
-    """Return a session's memory entries in the order they were made."""
+    """Return a session's memory entries in the order they were made.
+
+    Each turn's notes are those of its latest run (the run its ``turn`` row follows), as
+    ``list_events`` shows: a reset turn's new run replaces what its earlier run noted. Notes
+    whose run is unknown (empty ``run_id``: stored before memory was run-aware, or by an
+    older worker) count as the latest run's while it has none of its own.
+    """
+
+    def latest_run(turn_id: Any) -> Any:
+        return select(TurnRow.run_id).where(TurnRow.turn_id == turn_id).scalar_subquery()
+
+    other = MemoryEntryRow.__table__.alias("of_latest")
+    own = (
+        select(other.c.id)
+        .where(
+            other.c.turn_id == MemoryEntryRow.turn_id,
+            other.c.run_id == latest_run(other.c.turn_id),
+        )
+        .exists()
+    )
+    latest = latest_run(MemoryEntryRow.turn_id)
+    ours = or_(
+        MemoryEntryRow.run_id == func.coalesce(latest, MemoryEntryRow.run_id),
+        and_(MemoryEntryRow.run_id == "", ~own),
+    )
     rows = await session.scalars(
         select(MemoryEntryRow)
-        .where(MemoryEntryRow.session_id == session_id)
+        .where(MemoryEntryRow.session_id == session_id, ours)
         .order_by(MemoryEntryRow.created_at, MemoryEntryRow.turn_id, MemoryEntryRow.seq)
     )
     entries = []
@@ -496,7 +524,7 @@ class AuditStore:
             try:
                 async with self.sessions.begin() as session:
                     head = await _write_records(session, flush)
-                    await record_memory(session, entries=flush.memory)
+                    await record_memory(session, entries=flush.memory, run_id=flush.run_id)
                 return head
             except Exception:
                 log.debug(
@@ -516,7 +544,7 @@ class AuditStore:
         if flush.memory:
             try:
                 async with self.sessions.begin() as session:
-                    await record_memory(session, entries=flush.memory)
+                    await record_memory(session, entries=flush.memory, run_id=flush.run_id)
             except Exception:
                 log.warning(
                     "memory store failed; %d entries of turn %r dropped",
