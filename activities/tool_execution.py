@@ -298,7 +298,7 @@ class Recorder:
                 written = False
                 self._batch_failed()
                 log.warning(
-                    "audit batch failed for turn %r; the workflow will send the records again"
+                    "audit write failed for turn %r; the workflow will send the records again"
                     " (best-effort batches paused for %.0f s)",
                     flush.turn_id,
                     self._pause_s,
