@@ -291,8 +291,8 @@ class Recorder:
             log.debug("audit batch of turn %r not tried: batches paused", flush.turn_id)
         else:
             try:
-                write = self.store.write_flush(flush)
-                written = await asyncio.wait_for(write, self.batch_deadline_s) or True
+                head = await asyncio.wait_for(self.store.write_flush(flush), self.batch_deadline_s)
+                written = head or True
                 self._database_answered()
             except Exception:  # TimeoutError included: a database that hangs
                 written = False
