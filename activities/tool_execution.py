@@ -290,10 +290,16 @@ class Recorder:
             written = False
             log.debug("audit batch of turn %r not tried: batches paused", flush.turn_id)
         else:
+            started = time.monotonic()
             try:
                 head = await asyncio.wait_for(self.store.write_flush(flush), self.batch_deadline_s)
                 written = head or True
                 self._database_answered()
+            except asyncio.CancelledError:
+                if time.monotonic() - started >= self.batch_deadline_s:
+                    # Hung past the deadline, its cancellation too (the activity's timeout).
+                    self._batch_failed()
+                raise
             except Exception:  # TimeoutError included: a database that hangs
                 written = False
                 self._batch_failed()
