@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, assert_never
@@ -199,6 +200,17 @@ def _started_marks(info: activity.Info) -> list[dict[str, Any]]:
     return []
 
 
+BATCH_DEADLINE_S = 2.0
+"""How long a best-effort batch (``must_persist=False``) may take on the worker before it
+counts as failed: below the workflow's own deadline for the batch, so the worker, not
+Temporal's timeout, decides, and learns that the database hangs."""
+BATCH_PAUSE_S = (5.0, 60.0)
+"""After a best-effort batch failed or timed out, the worker answers further best-effort
+batches "not written" at once for this long: the first pause, doubled after each failure up
+to the second figure. A database that hangs so costs the worker's turns one deadline per
+pause, not one per batch; the records wait for the next batch or the turn's final write."""
+
+
 class Recorder:
     """Writes the workflow's pending records and hands the events to the host's observers."""
 
@@ -207,11 +219,41 @@ class Recorder:
         store: AuditStore,
         observers: Sequence[object] = (),
         redactors: Sequence[RedactingMiddleware] = (),
+        *,
+        batch_deadline_s: float = BATCH_DEADLINE_S,
+        batch_pause_s: tuple[float, float] = BATCH_PAUSE_S,
     ) -> None:
-        """Wire the audit store, the observers, and the redactors of what gets stored."""
+        """Wire the audit store, the observers, and the redactors of what gets stored.
+
+        Args:
+            store: the audit database.
+            observers: the host's observers.
+            redactors: the redacting layers whose rules apply to what is stored.
+            batch_deadline_s: see ``BATCH_DEADLINE_S``.
+            batch_pause_s: see ``BATCH_PAUSE_S``.
+        """
         self.store = store
         self.observers = list(observers)
         self.redactors = list(redactors)
+        self.batch_deadline_s = batch_deadline_s
+        self.batch_pause_s = batch_pause_s
+        self._pause_s = 0.0
+        self._paused_until = 0.0
+        """``time.monotonic()`` before which best-effort batches are not tried."""
+
+    @property
+    def batches_paused(self) -> bool:
+        """Whether best-effort batches are answered "not written" without a try, for now."""
+        return time.monotonic() < self._paused_until
+
+    def _batch_failed(self) -> None:
+        first, longest = self.batch_pause_s
+        self._pause_s = min(longest, self._pause_s * 2 if self._pause_s else first)
+        self._paused_until = time.monotonic() + self._pause_s
+
+    def _database_answered(self) -> None:
+        self._pause_s = 0.0
+        self._paused_until = 0.0
 
     def _redacted(self, flush: Flush) -> Flush:
         # Secrets the host redacts for the model must not land in the audit database either
@@ -238,17 +280,36 @@ class Recorder:
         if self.redactors:
             flush = self._redacted(flush)
         written: bool | str = True
-        try:
+        if must_persist:
+            # The turn's final write insists (Temporal retries it until the database answers).
             written = await self.store.write_flush(flush) or True
-        except Exception:
-            if must_persist:
-                raise
+            self._database_answered()
+        elif self.batches_paused:
+            # A recent batch failed or hung: this one would most likely hold its turn for
+            # the whole deadline too. Its records wait in the workflow for a later write.
             written = False
-            log.warning(
-                "audit write failed for turn %r; the workflow will send the records again",
-                flush.turn_id,
-                exc_info=True,
-            )
+            log.debug("audit batch of turn %r not tried: batches paused", flush.turn_id)
+        else:
+            started = time.monotonic()
+            try:
+                head = await asyncio.wait_for(self.store.write_flush(flush), self.batch_deadline_s)
+                written = head or True
+                self._database_answered()
+            except asyncio.CancelledError:
+                if time.monotonic() - started >= self.batch_deadline_s:
+                    # Hung past the deadline, its cancellation too (the activity's timeout).
+                    self._batch_failed()
+                raise
+            except Exception:  # TimeoutError included: a database that hangs
+                written = False
+                self._batch_failed()
+                log.warning(
+                    "audit write failed for turn %r; the workflow will send the records again"
+                    " (best-effort batches paused for %.0f s)",
+                    flush.turn_id,
+                    self._pause_s,
+                    exc_info=True,
+                )
         if self.observers and flush.events:
             # At least once: records sent again after a failed write are delivered again.
             await deliver(

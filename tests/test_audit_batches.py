@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
@@ -19,7 +20,9 @@ from tooltrail import (
     ToolError,
     tool,
 )
-from tooltrail.wire import AUDIT_RECORD
+from tooltrail.activities.tool_execution import Recorder
+from tooltrail.db.store import AuditStore
+from tooltrail.wire import AUDIT_RECORD, AuditEvent, Flush, TurnRecord
 
 failures = {"left": 0}
 
@@ -148,3 +151,39 @@ async def test_a_final_write_too_big_for_one_batch_goes_in_several(stack: StackF
     assert [len(e.payload["output"]) for e in posts] == [150_002] * 4
     assert events[-1].kind == "turn_end"
     assert record is not None and (record.status, record.call_count) == ("completed", 4)
+
+
+async def test_a_failed_batch_pauses_the_workers_next_batches(sqlite_url: str) -> None:
+    # A database nobody answers at (port 1: refused at once) stands for one that is down.
+    down = AuditStore("postgresql+asyncpg://postgres@127.0.0.1:1/none")
+    up = AuditStore(sqlite_url)
+    recorder = Recorder(down, batch_pause_s=(0.5, 1.0))
+    flush = Flush(
+        turn_id="paused-batches",
+        session_id="s",
+        turn=TurnRecord(turn_id="paused-batches", session_id="s", started_at=datetime.now(UTC)),
+        events=[AuditEvent(seq=0, kind="turn_started", payload={}, created_at=datetime.now(UTC))],
+    )
+    try:
+        assert await recorder.write_chained(flush) is False
+        assert recorder.batches_paused
+        # Paused: not even tried, so a working database changes nothing until the pause ends.
+        recorder.store = up
+        assert await recorder.write_chained(flush) is False
+        assert await up.events("paused-batches") == []
+        await asyncio.sleep(0.6)
+        assert not recorder.batches_paused
+        # Failing again after the pause: the next pause is twice as long.
+        recorder.store = down
+        assert await recorder.write_chained(flush) is False
+        await asyncio.sleep(0.6)
+        assert recorder.batches_paused
+        # The turn's final write is never paused, and its success ends a pause.
+        recorder.store = up
+        assert isinstance(await recorder.write_chained(flush, must_persist=True), str)
+        assert not recorder.batches_paused
+        assert isinstance(await recorder.write_chained(flush), str)  # the chain's head
+        assert [e.seq for e in await up.events("paused-batches")] == [0]
+    finally:
+        await down.close()
+        await up.close()

@@ -30,6 +30,7 @@ from tooltrail import Host, RunConfig, ToolCall, ToolDispatchResult, Tooltrail, 
 from tooltrail.db.migrate import upgrade
 from tooltrail.db.store import AuditStore
 from tooltrail.scratch import ScratchDirs
+from tooltrail.text import not_available
 from tooltrail.worker import build_worker
 
 TURN_TIMEOUT_S = 30.0
@@ -217,7 +218,7 @@ SOFT_PREFIXES = ("tool '", "invalid arguments: ", "guardrail violation: ")
 def expected_outcome(call: ToolCall) -> tuple[str, str]:
     """``(kind, text)``: ``exact``/``prefix`` of a soft error, or ``tool`` (ran or refused)."""
     if call.name not in TOOLS:
-        return "exact", f"tool '{call.name}' is not available"
+        return "exact", not_available(call.name)  # the name quoted up to QUOTE_CHARS
     arguments = call.arguments
     if isinstance(arguments, str):
         if not arguments.strip():

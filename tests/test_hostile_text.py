@@ -24,6 +24,7 @@ from tooltrail.db.encoding import decode_json, decode_text, encode_json, encode_
 from tooltrail.db.orm import ToolHealthRow
 from tooltrail.errors import ConfigurationError
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
+from tooltrail.text import not_available
 
 BINARY = "PK\x03\x04\x00\x00binary\x00tail"
 LONG_ID = "call-" + "x" * 400
@@ -84,7 +85,7 @@ async def test_nul_bytes_and_long_ids_are_stored_losslessly(
     first, big, unknown = turn.results
     assert (first.is_error, first.output) == (False, BINARY)
     assert not big.is_error and big.output == BINARY + "\x00" * 300_000
-    assert unknown.output == f"tool '{calls[2].name}' is not available"
+    assert unknown.output == not_available(calls[2].name)  # quoted up to QUOTE_CHARS
     assert record is not None and record.status == "completed"
     received = [(e.tool_call_id, e.tool_name) for e in events if e.kind == "tool_call_received"]
     assert received == [(c.id, c.name) for c in calls]

@@ -12,7 +12,9 @@ import pytest
 from tooltrail.results import ImagePart, TextPart
 from tooltrail.text import (
     MEMORY_FIELD_LIMIT,
+    QUOTE_CHARS,
     canonical_json,
+    duplicate_call_id,
     invalid_arguments,
     not_available,
     not_found,
@@ -163,6 +165,20 @@ def test_trajectory_keeps_fields_at_the_limit():
 
 def test_not_available():
     assert not_available("ghost") == "tool 'ghost' is not available"
+
+
+def test_long_names_and_ids_are_quoted_up_to_a_limit():
+    name = "é" * (QUOTE_CHARS + 1)
+    assert (
+        not_available(name)
+        == f"tool '{name[:QUOTE_CHARS]}... ({QUOTE_CHARS + 1} characters)' is not available"
+    )
+    assert not_available(name, None) == f"tool '{name}' is not available"
+    assert not_available(name, 0) == f"tool '... ({QUOTE_CHARS + 1} characters)' is not available"
+    assert not_available("x" * QUOTE_CHARS) == f"tool '{'x' * QUOTE_CHARS}' is not available"
+    assert duplicate_call_id("i" * 1000).startswith(
+        "duplicate tool_call_id '" + "i" * QUOTE_CHARS + "... (1000"
+    )
 
 
 def test_not_found_lists_sorted_names():

@@ -16,6 +16,7 @@ from tests.conftest import StackFactory
 from tooltrail import (
     Host,
     ImagePart,
+    RunConfig,
     TextPart,
     ToolCall,
     ToolContext,
@@ -24,6 +25,7 @@ from tooltrail import (
     Tooltrail,
     tool,
 )
+from tooltrail.text import QUOTE_CHARS, not_available
 from tooltrail.wire import TOOL_EXECUTE
 
 calls: Counter[str] = Counter()
@@ -148,6 +150,39 @@ async def test_never_advertised_tool_is_pre_answered_without_dispatch(
     ghost_events = [e.kind for e in events if e.tool_call_id == "g"]
     assert ghost_events == ["tool_call_received"]
     assert events[1].payload["input"] == {"a": 1}
+
+
+HUGE_NAME_CHARS = 20_000
+
+
+async def test_answers_to_huge_never_advertised_names_are_cut_and_budgeted(
+    stack: StackFactory,
+) -> None:
+    # 60 calls to never-advertised tools with 20,000-character names: answers quoting each
+    # name whole (and naming it as the resolved tool) would put 2.4 MB in the turn's result,
+    # past Temporal's payload limit. Each answer quotes at most QUOTE_CHARS of the name, and
+    # the answers spend the turn's inline budget: once it is gone they leave the name out.
+    calls = [ToolCall(f"g{i}", f"{i:03d}" + "n" * HUGE_NAME_CHARS, {}) for i in range(60)]
+    limit = QUOTE_CHARS + 100
+    async with stack(Host([echo])) as tt:
+        roomy = await tt.run_turn([*calls, ToolCall("e", "echo", {"text": "hi"})], session_id="s")
+        tight = await tt.run_turn(
+            calls, session_id="s2", config=RunConfig(inline_output_bytes=1000)
+        )
+    assert [r.tool_call_id for r in roomy.results] == [*(c.id for c in calls), "e"]
+    assert roomy.results[-1].output == "hi"
+    for call, result in zip(calls, roomy.results[:-1], strict=True):
+        assert result.is_error and isinstance(result.output, str)
+        assert result.output == not_available(call.name)
+        assert result.output.startswith(f"tool '{call.name[:QUOTE_CHARS]}...")
+        assert f"({len(call.name)} characters)" in result.output
+        assert len(result.output) < limit and len(result.resolved_tool_name) < limit
+    outputs = [r.output for r in tight.results]
+    assert all(isinstance(o, str) and f"({HUGE_NAME_CHARS + 3} characters)" in o for o in outputs)
+    quoting = [o for o in outputs if isinstance(o, str) and "nnnn" in o]
+    # The first answers fit the 1,000 bytes with the name's head; the rest say only its size.
+    assert 1 <= len(quoting) <= 1000 // QUOTE_CHARS and outputs[: len(quoting)] == quoting
+    assert all(len(o) < 60 for o in outputs[len(quoting) :])
 
 
 async def test_case_sensitive_advertised_names(stack: StackFactory) -> None:

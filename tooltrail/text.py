@@ -18,6 +18,7 @@ __all__ = [
     "BREAKER_OPEN",
     "MAX_ARGUMENT_DEPTH",
     "MEMORY_FIELD_LIMIT",
+    "QUOTE_CHARS",
     "argument_problem",
     "canonical_json",
     "duplicate_call_id",
@@ -26,6 +27,7 @@ __all__ = [
     "not_available",
     "not_found",
     "panicked",
+    "quoted",
     "render_text",
     "stable_hash",
     "too_many_calls",
@@ -84,9 +86,21 @@ def too_many_calls(count: int, limit: int) -> str:
     )
 
 
-def not_available(name: str) -> str:
-    """Text for a call to a tool that was never advertised (spec §3.1)."""
-    return f"tool '{name}' is not available"
+QUOTE_CHARS = 200
+"""Characters of a model-chosen name or id that a workflow-made answer quotes: the model may
+send a name of any length, and every answer is kept in the turn's result and trail."""
+
+
+def quoted(value: str, limit: int | None = QUOTE_CHARS) -> str:
+    """``value`` cut to ``limit`` characters, saying how long it was (``None``: uncut)."""
+    if limit is None or len(value) <= limit:
+        return value
+    return f"{value[:limit]}... ({len(value)} characters)"
+
+
+def not_available(name: str, limit: int | None = QUOTE_CHARS) -> str:
+    """Text for a call to a tool that was never advertised (spec §3.1); see ``quoted``."""
+    return f"tool '{quoted(name, limit)}' is not available"
 
 
 def not_found(name: str, names: Iterable[str]) -> str:
@@ -108,9 +122,11 @@ def panicked(name: str, message: str) -> str:
     return f"tool '{name}' panicked: {message}"
 
 
-def duplicate_call_id(call_id: str) -> str:
+def duplicate_call_id(call_id: str, limit: int | None = QUOTE_CHARS) -> str:
     """Text for a call whose id an earlier call of the same turn already used."""
-    return f"duplicate tool_call_id '{call_id}': only the first call with this id runs"
+    return (
+        f"duplicate tool_call_id '{quoted(call_id, limit)}': only the first call with this id runs"
+    )
 
 
 def invalid_arguments(reason: str) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -26,11 +27,13 @@ from tooltrail.llm.messages import Message, ModelResponse, Usage
 from tooltrail.planner import CallVerdict, plan_waves
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.text import (
+    QUOTE_CHARS,
     argument_problem,
     duplicate_call_id,
     invalid_arguments,
     nesting_exceeds,
     not_available,
+    quoted,
     too_many_calls,
 )
 from tooltrail.wire import (
@@ -61,6 +64,12 @@ _MAX_CALLS_PATCH = "tooltrail-max-calls"
 
 _ANCHOR_MEMO_PATCH = "tooltrail-trail-anchor-memo"
 """Failed and cancelled turns anchor their trail's head in the memo (``TRAIL_HEAD_MEMO``)."""
+
+_BOUNDED_ANSWERS_PATCH = "tooltrail-bounded-answers"
+"""The answers the workflow makes itself (an unknown tool, a duplicate id, unusable arguments)
+quote at most ``QUOTE_CHARS`` of a model-chosen name or id, and count toward the turn's
+``inline_output_bytes``: a model can send any number of calls to a never-advertised tool with
+a name of any length, and every answer stays in the turn's result and trail."""
 
 _EVENT_INPUT_LIMIT = 64 * 1024
 """Bytes of a call's input recorded in its tool_call_received event before it is cut."""
@@ -126,6 +135,7 @@ class TurnWorkflow:
         self._trail = Trail(self._state)
         self._calls = CallPipeline(self._state, self._trail)
         self._planning = Planning(self._state, self._trail)
+        self._bounded: bool | None = None
 
     # -- interactive approvals -----------------------------------------------------------
 
@@ -353,22 +363,22 @@ class TurnWorkflow:
             if call.id in seen:
                 # Results pair with calls by id: a second call with the same id could not be
                 # told apart from the first, so only the first one runs.
-                slots[position] = _pre_answered(call, duplicate_call_id(call.id))
+                slots[position] = self._answer(call, duplicate_call_id, call.id)
                 continue
             seen.add(call.id)
             if call.name not in advertised:
                 # Never advertised: answered before dispatch, no events, no activity.
-                slots[position] = _pre_answered(call, not_available(call.name))
+                slots[position] = self._answer(call, not_available, call.name)
                 finished.append(call.id)
                 continue
             arguments = _parse_arguments(call.arguments)
             if isinstance(arguments, str):
-                slots[position] = _pre_answered(call, arguments)
+                slots[position] = self._answer(call, arguments)
                 finished.append(call.id)
                 continue
             problem = argument_problem(arguments, inp.config.max_argument_bytes)
             if problem is not None:
-                slots[position] = _pre_answered(call, problem)
+                slots[position] = self._answer(call, problem)
                 finished.append(call.id)
                 continue
             batch.append((position, call, arguments))
@@ -386,6 +396,35 @@ class TurnWorkflow:
             else _pre_answered(inp.calls[position], "dispatch produced no result")
             for position, slot in enumerate(slots)
         ]
+
+    def _answer(
+        self,
+        call: ToolCall,
+        text: str | Callable[[str, int | None], str],
+        name: str = "",
+    ) -> ToolDispatchResult:
+        """A call answered by the workflow itself: ``text``, or ``text(name, cut)``.
+
+        Bounded and counted toward the turn's inline output budget (``_BOUNDED_ANSWERS_PATCH``):
+        ``name`` is quoted up to ``QUOTE_CHARS``, and past the budget not at all (the answer
+        says only how long it was).
+        """
+        if self._bounded is None:
+            self._bounded = workflow.patched(_BOUNDED_ANSWERS_PATCH)
+        if isinstance(text, str):
+            whole = cut = bare = text
+        else:
+            whole, cut, bare = text(name, None), text(name, QUOTE_CHARS), text(name, 0)
+        if not self._bounded:
+            return _pre_answered(call, whole)
+        state = self._state
+        answer = cut
+        if json_size(cut) > state.input.config.inline_output_bytes - state.inline_used:
+            answer = min(cut, bare, key=json_size)
+        state.inline_used += json_size(answer)
+        result = _pre_answered(call, answer)
+        result.resolved_tool_name = quoted(call.name)
+        return result
 
     async def _dispatch_waves(
         self,

@@ -52,6 +52,16 @@ class WorkerProcess:
             await asyncio.wait_for(self.proc.wait(), timeout=30)
         return self.proc.returncode
 
+    def pause(self) -> None:
+        """SIGSTOP the worker: it keeps its connections and claims, and does nothing."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused worker (if still running)."""
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGCONT)
+
     def log_tail(self, lines: int = 40) -> str:
         """The end of the worker's stderr (for failure messages)."""
         try:

@@ -209,6 +209,23 @@ async def inline_budget(tt: Tooltrail) -> str:
     return turn.turn_id
 
 
+async def bounded_answers(tt: Tooltrail) -> str:
+    # Answers the workflow makes quote names up to QUOTE_CHARS and spend the inline budget
+    # (patched): huge never-advertised names, a duplicate id, then a tool past the budget.
+    turn = await tt.run_turn(
+        [
+            ToolCall("b1", "n" * 5000, {}),
+            ToolCall("b1", "echo", {"text": "dup"}),
+            ToolCall("b2", "g" * 5000, {}),
+            ToolCall("b3", "echo", '{"text": '),
+            ToolCall("b4", "echo", {"text": "x" * 600}),
+        ],
+        session_id="hist-bounded-answers",
+        config=RunConfig(inline_output_bytes=600),
+    )
+    return turn.turn_id
+
+
 async def cancelled_during_tool(tt: Tooltrail) -> str:
     handle = await tt.start_turn(
         [ToolCall("c1", "echo", {"text": "first"}), ToolCall("c2", "slow", {})],
@@ -650,6 +667,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
         ),
     ),
     "inline_budget": (inline_budget, Host(TOOLS)),
+    "bounded_answers": (bounded_answers, Host(TOOLS)),
     "memo_budget": (
         memo_budget,
         Host([*TOOLS, page], middleware=[MemoizingMiddleware(["page"])]),
