@@ -44,6 +44,7 @@ from tooltrail.workflows.approvals import Approvals
 from tooltrail.workflows.failures import infra_failed, raise_if_cancelled
 from tooltrail.workflows.memo import memo_hit, memo_in_place, memo_update
 from tooltrail.workflows.recovery import Recovery
+from tooltrail.workflows.routes import ToolRoutes
 from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
 
@@ -84,6 +85,7 @@ class CallPipeline:
         self._trail = trail
         self._recovery = Recovery(state, trail)
         self._approvals = Approvals(state, trail)
+        self._routes = ToolRoutes(trail)
 
     async def dispatch(self, call: ToolCall, arguments: dict[str, Any]) -> ToolDispatchResult:
         """Run the per-attempt pipeline (spec §2.1) for one call, retries included."""
@@ -464,10 +466,9 @@ class CallPipeline:
                     retry_policy=retry,
                 )
             else:
-                outcome = await workflow.execute_activity(
-                    TOOL_EXECUTE,
+                # On the turn's queue, or on a peer's that has the tool (workflows.routes).
+                outcome = await self._routes.execute(
                     request,
-                    result_type=ATTEMPT_OUTCOME,
                     start_to_close_timeout=timeout,
                     heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_s),
                     retry_policy=retry,
