@@ -20,7 +20,7 @@ from typing import Any, Literal, assert_never
 
 from pydantic_core import to_jsonable_python
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from tooltrail.activities.body_journal import AttemptJournal, read_journal, until_written
 from tooltrail.breaker import CircuitBreaker
@@ -397,6 +397,8 @@ class ToolActivities:
             queue,
             type=TOOL_ON_PEER,
             non_retryable=True,
+            # Expected, and said once above: not a failure for the SDK to log with its trace.
+            category=ApplicationErrorCategory.BENIGN,
         )
 
     def _account(self, outcome: Ran) -> None:
