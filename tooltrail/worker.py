@@ -209,8 +209,11 @@ def build_worker(
     if versioned:
         mark_versioned_worker(client)
     interceptors = [CleanDatabaseErrors(), *worker_options.pop("interceptors", ())]
-    # Attempts sent here by peers that lack a tool of this worker: tool attempts only, not
-    # versioned (an activity on another queue than its workflow's follows no pinning).
+    # A versioned worker's tools queue is in its deployment version too: an attempt a pinned
+    # turn routes goes to the peer of the same release.
+    deployment = worker_options.get("deployment_config")
+    routed_build = {"deployment_config": deployment} if deployment is not None else {}
+    # Attempts sent here by peers that lack a tool of this worker: tool attempts only.
     routed = Worker(
         client,
         task_queue=directory.own_queue,
@@ -222,6 +225,7 @@ def build_worker(
         ),
         max_concurrent_activities=worker_options.get("max_concurrent_activities")
         or Settings().max_concurrent_activities,
+        **routed_build,
     )
     return ToolWorker(
         client,
