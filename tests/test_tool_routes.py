@@ -18,11 +18,12 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import StackFactory
-from tooltrail import Host, RunConfig, ToolCall, tool
+from tooltrail import Host, RunConfig, ToolCall, TurnCancelled, tool
 from tooltrail.client import Tooltrail
 from tooltrail.db.registry import queue_registries
 from tooltrail.db.store import AuditStore
@@ -45,6 +46,25 @@ def calculate(expression: str) -> str:
 def lookup(key: str) -> str:
     """Pretend to look up."""
     return f"look:{key}"
+
+
+LINGER: dict[str, str] = {}
+"""What each ``linger`` call saw: the task queue it ran from, then how it ended."""
+
+
+@tool
+async def linger(ms: int) -> str:
+    """Sleep (on the peer), noting the task queue the attempt came from and its end."""
+    from temporalio import activity
+
+    call = f"{activity.info().workflow_id}/{activity.info().activity_id}"
+    LINGER[call] = activity.info().task_queue
+    try:
+        await asyncio.sleep(ms / 1000)
+    except asyncio.CancelledError:
+        LINGER[call] += " cancelled"
+        raise
+    return "slept"
 
 
 CALC, LOOK = Host([calculate]), Host([lookup])
@@ -75,7 +95,7 @@ async def _ready(store: AuditStore, client: Client, task_queue: str, tools: list
 
 @contextlib.asynccontextmanager
 async def _two_workers(
-    env: WorkflowEnvironment, url: str, tmp_path: Path
+    env: WorkflowEnvironment, url: str, tmp_path: Path, peer: Host = LOOK
 ) -> AsyncIterator[tuple[Tooltrail, str]]:
     client = env.client
     # One Temporal client carries one worker per queue: the peer gets its own.
@@ -94,10 +114,10 @@ async def _two_workers(
                 scratch=ScratchDirs(tmp_path / "a"),
             ),
             build_worker(
-                other, LOOK, task_queue=task_queue, store=store, scratch=ScratchDirs(tmp_path / "b")
+                other, peer, task_queue=task_queue, store=store, scratch=ScratchDirs(tmp_path / "b")
             ),
         ):
-            await _ready(store, client, task_queue, ["calculate", "lookup"])
+            await _ready(store, client, task_queue, ["calculate", *peer.registry.names()])
             yield Tooltrail(client, task_queue=task_queue, store=store), task_queue
     finally:
         await store.close()
@@ -202,3 +222,44 @@ async def test_a_uniform_queue_keeps_its_attempts_on_the_main_queue(
     assert "tool_routed" not in kinds
     # The worker published its registry (and its tools queue exists for peers that lack one).
     assert list(registries) == [registry_fingerprint(["calculate", "lookup"])]
+
+
+async def test_a_routed_attempt_is_cancelled_with_its_turn(
+    temporal_env: WorkflowEnvironment, sqlite_url: str, tmp_path: Path
+) -> None:
+    # The first call of `linger` lands on either worker; once it was routed, the second goes
+    # to the peer's tools queue directly. Cancelling the turn then must reach that attempt.
+    config = RunConfig(heartbeat_timeout_s=1, audit_interval_s=0)
+    async with _two_workers(temporal_env, sqlite_url, tmp_path, Host([linger])) as (tt, _):
+        for n in range(20):
+            handle = await tt.start_turn(
+                [
+                    ToolCall("short", "linger", {"ms": 1}),
+                    ToolCall("long", "linger", {"ms": 60_000}),
+                ],
+                session_id=f"cancel-{n}",
+                config=config,
+            )
+            long_call = f"{handle.turn_id}/"
+            for _ in range(400):
+                started = [k for k in LINGER if k.startswith(long_call)]
+                if len(started) == 2:
+                    break
+                await asyncio.sleep(0.05)
+            long_key = max(started, key=lambda key: int(key.rsplit("/", 1)[1]))
+            await handle.cancel()
+            with pytest.raises(TurnCancelled):
+                await handle.result()
+            if "/tools-" in LINGER[long_key]:
+                break
+        else:
+            pytest.fail("no turn of 20 routed its calls")
+        events = await tt.audit(handle.turn_id)
+    for _ in range(100):  # the body hears of it at its worker's next heartbeat
+        if LINGER[long_key].endswith(" cancelled"):
+            break
+        await asyncio.sleep(0.05)
+    queue, _, ended = LINGER[long_key].partition(" ")
+    assert "/tools-" in queue and ended == "cancelled"
+    assert [e.tool_call_id for e in events if e.kind == "tool_routed"] == ["short"]
+    assert ("tool_post", "long") not in [(e.kind, e.tool_call_id) for e in events]
