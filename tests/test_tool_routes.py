@@ -42,9 +42,9 @@ def calculate(expression: str) -> str:
     return f"calc:{expression}"
 
 
-@tool
+@tool(local=True)
 def lookup(key: str) -> str:
-    """Pretend to look up."""
+    """Pretend to look up (a local tool: where the turn's worker lacks it, routed)."""
     return f"look:{key}"
 
 

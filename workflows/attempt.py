@@ -25,8 +25,6 @@ from tooltrail.recovery import MAX_RECOVERY_ATTEMPTS
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.text import BREAKER_OPEN, canonical_json, render_text, stable_hash, trajectory
 from tooltrail.wire import (
-    ATTEMPT_OUTCOME,
-    TOOL_EXECUTE,
     AttemptOutcome,
     AttemptResult,
     AuditEvent,
@@ -455,24 +453,15 @@ class CallPipeline:
             maximum_attempts=config.infrastructure_retries,
         )
         try:
-            if meta is not None and meta.local:
-                # @tool(local=True): no round trip to the server, no input in the history,
-                # no heartbeats (see the durability trade-off in tooltrail.tools.tool).
-                outcome: AttemptOutcome = await workflow.execute_local_activity(
-                    TOOL_EXECUTE,
-                    request,
-                    result_type=ATTEMPT_OUTCOME,
-                    start_to_close_timeout=timeout,
-                    retry_policy=retry,
-                )
-            else:
-                # On the turn's queue, or on a peer's that has the tool (workflows.routes).
-                outcome = await self._routes.execute(
-                    request,
-                    start_to_close_timeout=timeout,
-                    heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_s),
-                    retry_policy=retry,
-                )
+            # On the turn's queue (@tool(local=True): as a local activity, see the durability
+            # trade-off in tooltrail.tools.tool), or on a peer's that has the tool (.routes).
+            outcome = await self._routes.execute(
+                request,
+                local=meta is not None and meta.local,
+                start_to_close_timeout=timeout,
+                heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_s),
+                retry_policy=retry,
+            )
         except (ActivityError, ApplicationError) as failure:
             # Temporal's infrastructure retries are spent (spec §14): a soft failed attempt.
             return infra_failed(failure, tool_name)

@@ -31,9 +31,9 @@ TOOL_ON_PEER = "ToolOnPeerWorker"
 """``ApplicationError`` type of an attempt refused for a peer: ``details[0]`` is its queue."""
 
 
-def routed_to(failure: ActivityError) -> str | None:
+def routed_to(failure: ActivityError | ApplicationError) -> str | None:
     """The tools queue an attempt was refused for, if that is why it failed."""
-    cause = failure.cause
+    cause = failure.cause if isinstance(failure, ActivityError) else failure
     if (
         isinstance(cause, ApplicationError)
         and cause.type == TOOL_ON_PEER
@@ -56,30 +56,50 @@ class ToolRoutes:
         self,
         request: ExecuteAttempt,
         *,
+        local: bool,
         start_to_close_timeout: timedelta,
         heartbeat_timeout: timedelta,
         retry_policy: RetryPolicy,
     ) -> AttemptOutcome:
         """Run the attempt as an activity, on the queue of a worker that has its tool.
 
+        Args:
+            request: the attempt.
+            local: run it as a local activity (``@tool(local=True)``) while it is not routed;
+                a routed one is a regular activity on the peer's queue (this worker lacks the
+                tool, so it cannot run it in place).
+            start_to_close_timeout: the attempt's timeout.
+            heartbeat_timeout: the regular activity's heartbeat timeout.
+            retry_policy: Temporal's retries of the attempt (infrastructure failures).
+
         Raises:
             ActivityError: the activity failed (a second refusal included).
+            ApplicationError: the local activity failed.
         """
         tool_name = request.tool_name
         queue = self._routes.get(tool_name)
         while True:
             try:
-                outcome: AttemptOutcome = await workflow.execute_activity(
-                    TOOL_EXECUTE,
-                    request,
-                    result_type=ATTEMPT_OUTCOME,
-                    start_to_close_timeout=start_to_close_timeout,
-                    heartbeat_timeout=heartbeat_timeout,
-                    retry_policy=retry_policy,
-                    task_queue=queue,
-                )
+                if local and queue is None:
+                    outcome: AttemptOutcome = await workflow.execute_local_activity(
+                        TOOL_EXECUTE,
+                        request,
+                        result_type=ATTEMPT_OUTCOME,
+                        start_to_close_timeout=start_to_close_timeout,
+                        retry_policy=retry_policy,
+                    )
+                else:
+                    outcome = await workflow.execute_activity(
+                        TOOL_EXECUTE,
+                        request,
+                        result_type=ATTEMPT_OUTCOME,
+                        start_to_close_timeout=start_to_close_timeout,
+                        heartbeat_timeout=heartbeat_timeout,
+                        retry_policy=retry_policy,
+                        task_queue=queue,
+                    )
                 return outcome
-            except ActivityError as failure:
+            except (ActivityError, ApplicationError) as failure:
                 peer = routed_to(failure)
                 # A tools queue never refuses again; an old history has no refusal at all.
                 if peer is None or queue is not None or not workflow.patched(TOOL_ROUTES_PATCH):
