@@ -68,6 +68,10 @@ PUBLISH_INTERVAL_S = 30.0
 """How often a worker refreshes its row in the directory."""
 
 
+READ_DEADLINE_S = 2.0
+"""How long a read of the directory may take before it counts as empty."""
+
+
 def tools_queue(task_queue: str, fingerprint: str) -> str:
     """The activity-only queue of the workers of ``task_queue`` with registry ``fingerprint``."""
     return f"{task_queue}/tools-{fingerprint}"
@@ -222,10 +226,14 @@ class RegistryDirectory:
         if self._peers is not None and now - self._peers[0] < self.ttl_s:
             return self._peers[1]
         try:
-            found = await queue_registries(
-                self.store,
-                task_queue=self.task_queue,
-                seen_since=datetime.now(UTC) - timedelta(seconds=self.stale_s),
+            # Bounded: a turn's start must not wait on a database that does not answer.
+            found = await asyncio.wait_for(
+                queue_registries(
+                    self.store,
+                    task_queue=self.task_queue,
+                    seen_since=datetime.now(UTC) - timedelta(seconds=self.stale_s),
+                ),
+                READ_DEADLINE_S,
             )
         except Exception:
             logger.warning("cannot read the registries of %r", self.task_queue, exc_info=True)
