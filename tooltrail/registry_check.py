@@ -254,7 +254,8 @@ class RegistryDirectory:
                     namespace=self.client.namespace,
                     task_queue=TaskQueue(name=tools_queue(self.task_queue, fingerprint)),
                     task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
-                )
+                ),
+                timeout=timedelta(seconds=READ_DEADLINE_S),
             )
         except RPCError as exc:
             logger.debug("cannot describe the tools queue of %s: %s", fingerprint, exc.message)
