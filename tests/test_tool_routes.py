@@ -146,6 +146,9 @@ async def test_every_call_runs_on_a_worker_that_has_its_tool(
             routed = [str(event.tool_name) for event in events if event.kind == "tool_routed"]
             queues = await _attempt_queues(tt.client, result.turn_id)
             outputs = [(str(r.output), r.is_error) for r in result.results]
+            # The trail still matches Temporal's history (a refused attempt ran nothing).
+            verified = await tt.verify(result.turn_id)
+            assert verified.ok, verified.problems
             return outputs, workers, routed, ",".join(queues)
 
         done = await asyncio.gather(*(turn(i) for i in range(TURNS)))
