@@ -167,7 +167,8 @@ def build_worker(
         [layer for layer in host.middleware if isinstance(layer, RedactingMiddleware)],
     )
     # The queue's registries, so the work of workers with other tools stays apart
-    # (tooltrail.registry_check): published by this worker, read only on a registry miss.
+    # (tooltrail.registry_check): published by this worker; read on a registry miss and by
+    # the plan of a turn that names no tools.
     directory = RegistryDirectory(
         client,
         store,
