@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from temporalio import activity
 
 from tooltrail.db.reachability import unreachable
 from tooltrail.db.store import AuditStore
 from tooltrail.host import Host
+from tooltrail.registry_check import RegistryDirectory
 from tooltrail.results import ToolCall
 from tooltrail.wire import (
     TURN_PREPARE,
@@ -40,10 +42,17 @@ SESSION_READ_DEADLINE_S = 5.0
 class TurnPlanner:
     """Plans turns from the worker's host wiring; one instance per worker."""
 
-    def __init__(self, host: Host, store: AuditStore) -> None:
-        """Wire the host (its tools, hooks, middleware) and the database (session state)."""
+    def __init__(
+        self, host: Host, store: AuditStore, directory: RegistryDirectory | None = None
+    ) -> None:
+        """Wire the host (its tools, hooks, middleware) and the database (session state).
+
+        With ``directory``, a standalone turn that advertises "the worker's tools" advertises
+        the tools of the queue's live peers too (their calls are sent to them).
+        """
         self.host = host
         self.store = store
+        self.directory = directory
         # The registry is frozen once the worker exists: its settings are worked out once.
         self._tools = {name: meta for name, meta in host.tool_meta().items() if meta != ToolMeta()}
         self._features = HostFeatures(
@@ -57,6 +66,7 @@ class TurnPlanner:
         advertised: list[str] | None,
         parallel: bool,
         memo: bool = True,
+        peer_tools: dict[str, dict[str, Any]] | None = None,
     ) -> TurnPlan:
         """Decide a turn's calls (the session's state is left at its default).
 
@@ -65,10 +75,21 @@ class TurnPlanner:
             advertised: the names the turn advertises; ``None``: the worker's tools.
             parallel: judge the calls for parallel waves.
             memo: include the host's memoize plan and the calls' paths.
+            peer_tools: tools of live peers this worker lacks, with their settings; advertised
+                too when ``advertised`` is ``None``.
         """
+        tools = dict(self._tools)
+        names = self.host.registry.names()
+        if advertised is None and peer_tools:
+            names = sorted({*names, *peer_tools})
+            for name, settings in peer_tools.items():
+                # A peer's tool never runs as a local activity here: this worker lacks it.
+                meta = ToolMeta.model_validate({**settings, "local": False})
+                if meta != ToolMeta():
+                    tools[name] = meta
         plan = TurnPlan(
-            advertised=self.host.registry.names() if advertised is None else None,
-            tools=dict(self._tools),
+            advertised=names if advertised is None else None,
+            tools=tools,
             features=self._features,
             verdicts=self.host.verdicts(calls) if parallel else None,
         )
@@ -88,7 +109,12 @@ class TurnPlanner:
     @activity.defn(name=TURN_PREPARE)
     async def prepare(self, inp: PrepareTurn) -> TurnPlan:
         """Plan a standalone turn, with its session's state as the previous turn saved it."""
-        plan = self.plan(inp.calls, advertised=inp.advertised, parallel=inp.parallel)
+        peers = None
+        if inp.advertised is None and self.directory is not None:
+            peers = await self.directory.peer_tools()
+        plan = self.plan(
+            inp.calls, advertised=inp.advertised, parallel=inp.parallel, peer_tools=peers
+        )
         if not inp.shadow:  # a shadow starts from the original turn's state, saves nothing
             plan.session = await self._session_state(inp.session_id)
         return plan

@@ -21,6 +21,7 @@ from typing import Any, Literal, assert_never
 
 from pydantic_core import to_jsonable_python
 from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from tooltrail.activities.body_journal import AttemptJournal, read_journal, until_written
 from tooltrail.breaker import CircuitBreaker
@@ -43,6 +44,7 @@ from tooltrail.middleware import (
 )
 from tooltrail.observers import deliver
 from tooltrail.redaction import redact_flush, redact_value
+from tooltrail.registry_check import TOOL_ON_PEER, RegistryDirectory
 from tooltrail.replays import NOT_RECORDED
 from tooltrail.scratch import ScratchDirs
 from tooltrail.telemetry import record_breaker_state, record_call, record_retry, tool_span
@@ -337,6 +339,7 @@ class ToolActivities:
         breaker: CircuitBreaker | None = None,
         dispatcher: ToolDispatcher | None = None,
         worker_identity: str = "",
+        directory: RegistryDirectory | None = None,
     ) -> None:
         """Wire the registry, the audit recorder and the scratch directories.
 
@@ -353,6 +356,8 @@ class ToolActivities:
             dispatcher: the worker's dispatcher (access gate, guardrails, idempotency);
                 default: one on ``registry`` with no gate and an in-memory store.
             worker_identity: this worker's Temporal identity, named on attempt records.
+            directory: the registries of the worker's task queue; an attempt of a tool this
+                worker lacks and a live peer has is refused for that peer (``_route``).
         """
         self.registry = registry
         self.recorder = recorder
@@ -364,11 +369,20 @@ class ToolActivities:
         self.core = ToolCallMiddleware(dispatcher or ToolDispatcher(registry, audit=NullAuditLog()))
         self.health = None if breaker is None else (HealthStore(recorder.store), breaker)
         self.worker_identity = worker_identity
+        self.directory = directory
+        self._routes_warned: set[tuple[str, str]] = set()
 
     @activity.defn(name=TOOL_EXECUTE)
     async def execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
-        """Run one attempt: pre hooks, breaker gate, body, post hooks (a failure is a result)."""
+        """Run one attempt: pre hooks, breaker gate, body, post hooks (a failure is a result).
+
+        Raises:
+            ApplicationError: of type ``TOOL_ON_PEER`` (non-retryable), when this worker lacks
+                the tool and a live peer of its task queue has it (the turn sends it there).
+        """
         info = activity.info()
+        if inp.tool_name not in self.registry:
+            await self._route(inp, info)
         if not inp.turn_id:
             # The workflow leaves its own id out (every byte of the input is history).
             inp.turn_id = info.workflow_id or ""
@@ -411,6 +425,42 @@ class ToolActivities:
                 record_call(inp.tool_name, True, 0.0)
         # What the workflow knows goes back unsaid (the workflow's open_outcome restores it).
         return seal_outcome(outcome, inp)
+
+    async def _route(self, inp: ExecuteAttempt, info: activity.Info) -> None:
+        """Refuse an attempt of a tool this worker lacks for a live peer that has it.
+
+        Before anything else (hooks, the breaker gate, records): the attempt is the peer's.
+        An attempt already sent to a tools queue is never sent on again; with no live peer
+        that has the tool, the attempt goes on and the core answers "Tool not found".
+        """
+        directory = self.directory
+        if directory is None or info.task_queue != directory.task_queue:
+            return
+        found = await directory.peer_queue_for(inp.tool_name)
+        if found is None:
+            return
+        queue, theirs = found
+        if (inp.tool_name, queue) not in self._routes_warned:
+            self._routes_warned.add((inp.tool_name, queue))
+            log.warning(
+                "TOOL %r IS NOT IN THIS WORKER'S REGISTRY (%s: %s) BUT IN A PEER'S ON TASK "
+                "QUEUE %r (%s); its attempts are sent to %r. Run every worker of a queue with "
+                "the same tools to avoid the detour.",
+                inp.tool_name,
+                directory.fingerprint,
+                ", ".join(self.registry.names()) or "(none)",
+                directory.task_queue,
+                ", ".join(theirs),
+                queue,
+            )
+        raise ApplicationError(
+            f"tool {inp.tool_name!r} is served by the workers of {queue!r}",
+            queue,
+            type=TOOL_ON_PEER,
+            non_retryable=True,
+            # Expected, and said once above: not a failure for the SDK to log with its trace.
+            category=ApplicationErrorCategory.BENIGN,
+        )
 
     def _account(self, outcome: Ran) -> None:
         """Name the Temporal attempt and worker that ran the body, and the attempts lost.

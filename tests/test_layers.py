@@ -38,6 +38,7 @@ WORKFLOW_MODULES = (
     "tooltrail.workflows.memo",
     "tooltrail.workflows.planning",
     "tooltrail.workflows.recovery",
+    "tooltrail.workflows.routes",
     "tooltrail.workflows.session",
     "tooltrail.workflows.state",
     "tooltrail.workflows.trail",

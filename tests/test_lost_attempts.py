@@ -19,6 +19,7 @@ from tests.support import crash_tools
 from tests.support.cli_runner import run_cli
 from tooltrail import Host, RunConfig, ToolCall, Tooltrail
 from tooltrail.db.store import AuditStore
+from tooltrail.registry_check import IDENTITY_MARK, registry_fingerprint, worker_identity
 from tooltrail.worker import build_worker
 
 pytestmark = pytest.mark.crash
@@ -58,10 +59,12 @@ async def test_an_attempt_lost_with_its_worker_is_visible(
     finally:
         await store.close()
     posts = {e.tool_call_id: e for e in events if e.kind == "tool_post"}
-    lost_worker = f"{doomed.pid}@{socket.gethostname()}"
+    # Workers are named as Temporal knows them: ``pid@host`` and their registry's fingerprint.
+    fingerprint = registry_fingerprint(crash_tools.host.registry.names())
+    lost_worker = f"{doomed.pid}@{socket.gethostname()}{IDENTITY_MARK}{fingerprint}"
     survivor = posts["c2"]
     assert survivor.temporal_attempt == 2
-    assert survivor.worker == client.identity != lost_worker
+    assert survivor.worker == worker_identity(fingerprint) != lost_worker
     assert survivor.payload["lost_attempts"] == [
         {"temporal_attempt": 1, "worker": lost_worker if heartbeat_before_death else None}
     ]
@@ -72,7 +75,7 @@ async def test_an_attempt_lost_with_its_worker_is_visible(
         assert shown.returncode == 0, shown.stderr
         assert (
             f"lost call c2 attempt 0: Temporal attempt 1 on worker {lost_worker} was lost; "
-            f"attempt 2 on {client.identity} completed it"
+            f"attempt 2 on {worker_identity(fingerprint)} completed it"
         ) in " ".join(shown.stdout.split())
 
 

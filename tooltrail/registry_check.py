@@ -1,13 +1,27 @@
-"""Workers with different tool sets on one task queue: detect them and say so loudly.
+"""Workers with different tool sets on one task queue: keep their work apart, say so loudly.
 
 Every tooltrail worker polls with an identity that carries its registry's fingerprint
 (``... tooltrail:<fingerprint>``). Temporal lists a task queue's recent pollers with their
 identities (``DescribeTaskQueue``), so any worker can see a peer whose tools differ from its
-own: a turn landing there would answer calls of a tool it lacks with "Tool not found". The
-worker logs a warning at start and then periodically while such a peer polls.
+own; the worker logs a warning at start and then periodically while such a peer polls.
 
-This is detection only (README "Production": all workers of a queue run the same tools);
-keeping the work of different registries apart is not done yet.
+Their work is kept apart (issue 20 item 5): no call is answered "Tool not found" because it
+landed on a worker that lacks a tool another worker of the queue has.
+
+- Every worker publishes its registry (tool names and settings) in the ``tool_registry``
+  table (``RegistryDirectory``: at start, then every 30 s) and also polls an activity-only
+  queue of its own, ``tools_queue(task_queue, fingerprint)``, for tool attempts only.
+- A tool attempt that lands on a worker without its tool asks the directory (cached a few
+  seconds) for a live peer that has it: published recently and polling its tools queue. If
+  there is one, the attempt is refused with a non-retryable ``ApplicationError`` of type
+  ``TOOL_ON_PEER`` naming that queue, before any hook, breaker gate or record; the turn
+  (``tooltrail.workflows.routes``) sends the same attempt there and sends the tool's later
+  calls of the turn there directly. If no live worker has it, the ordinary "Tool not found".
+- A standalone turn that advertises "the worker's tools" advertises the union of the
+  queue's live registries (``RegistryDirectory.peer_tools``).
+
+While all the workers of a queue run the same tools, nothing of this is used: attempts stay
+on the main queue (eager dispatch included), and the directory is read by nobody.
 """
 
 from __future__ import annotations
@@ -18,7 +32,10 @@ import hashlib
 import logging
 import os
 import socket
+import time
 from collections.abc import AsyncIterator, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -26,10 +43,17 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from tooltrail.db.registry import publish_registry, queue_registries
+from tooltrail.db.store import AuditStore
+from tooltrail.workflows.routes import TOOL_ON_PEER
+
 __all__ = [
     "IDENTITY_MARK",
+    "TOOL_ON_PEER",
+    "RegistryDirectory",
     "mismatched_pollers",
     "registry_fingerprint",
+    "tools_queue",
     "watch_registry_peers",
     "worker_identity",
 ]
@@ -38,6 +62,19 @@ logger = logging.getLogger("tooltrail.registry_check")
 
 IDENTITY_MARK = " tooltrail:"
 """What precedes the registry fingerprint in a worker's identity."""
+
+
+PUBLISH_INTERVAL_S = 30.0
+"""How often a worker refreshes its row in the directory."""
+
+
+READ_DEADLINE_S = 2.0
+"""How long a read of the directory may take before it counts as empty."""
+
+
+def tools_queue(task_queue: str, fingerprint: str) -> str:
+    """The activity-only queue of the workers of ``task_queue`` with registry ``fingerprint``."""
+    return f"{task_queue}/tools-{fingerprint}"
 
 
 def registry_fingerprint(names: Iterable[str]) -> str:
@@ -81,7 +118,11 @@ async def watch_registry_peers(
     *,
     interval_s: float = 30.0,
 ) -> AsyncIterator[asyncio.Task[None]]:
-    """Warn (log level WARNING) while peers with another registry poll the queue."""
+    """Warn (log level WARNING) while peers with another registry poll the queue.
+
+    The work of different registries is kept apart (``RegistryDirectory``); the warning stays,
+    because every call of a peer's tool then costs a refused attempt before it is sent on.
+    """
     names = ", ".join(sorted(tools)) or "(none)"
 
     async def watch() -> None:
@@ -96,10 +137,11 @@ async def watch_registry_peers(
             if new:
                 logger.warning(
                     "WORKERS WITH DIFFERENT TOOLS SHARE TASK QUEUE %r: this worker "
-                    "(registry %s: %s) polls beside %s. A turn that lands on a worker "
-                    "without one of its tools answers its calls 'Tool not found'. Run "
-                    "every worker of a queue with the same --tools (or give each tool set "
-                    "its own --task-queue).",
+                    "(registry %s: %s) polls beside %s. Calls of a tool that lands on a worker "
+                    "without it are sent on to a worker that has it (one refused attempt "
+                    "each, then the turn sends the tool's calls there directly). Run every "
+                    "worker of a queue with the same --tools (or give each tool set its own "
+                    "--task-queue) to avoid the detour.",
                     task_queue,
                     fingerprint,
                     names,
@@ -115,3 +157,134 @@ async def watch_registry_peers(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+class RegistryDirectory:
+    """One worker's view of the registries of its task queue (the ``tool_registry`` table).
+
+    Args:
+        client: the worker's Temporal client (to see which tools queues have pollers).
+        store: the audit database.
+        task_queue: the worker's main task queue.
+        tools: this worker's tools, each with its settings as JSON (``ToolMeta``).
+        ttl_s: how long a read of the directory or of a queue's pollers is reused.
+        stale_s: a registry not refreshed for this long counts as gone.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        store: AuditStore,
+        task_queue: str,
+        tools: dict[str, dict[str, Any]],
+        *,
+        ttl_s: float = 5.0,
+        stale_s: float = 3 * PUBLISH_INTERVAL_S,
+    ) -> None:
+        """Describe this worker's registry; nothing is read or written yet."""
+        self.client = client
+        self.store = store
+        self.task_queue = task_queue
+        self.tools = tools
+        self.fingerprint = registry_fingerprint(tools)
+        self.ttl_s = ttl_s
+        self.stale_s = stale_s
+        self._peers: tuple[float, dict[str, dict[str, Any]]] | None = None
+        self._live: dict[str, tuple[float, bool]] = {}
+
+    @property
+    def own_queue(self) -> str:
+        """This worker's tools queue."""
+        return tools_queue(self.task_queue, self.fingerprint)
+
+    async def publish(self) -> None:
+        """Insert or refresh this registry's row (best effort: a failure is logged)."""
+        try:
+            await publish_registry(
+                self.store,
+                task_queue=self.task_queue,
+                fingerprint=self.fingerprint,
+                tools=self.tools,
+                now=datetime.now(UTC),
+            )
+        except Exception:
+            logger.warning(
+                "cannot publish the registry of task queue %r; peers may not route to it",
+                self.task_queue,
+                exc_info=True,
+            )
+
+    async def keep_published(self, interval_s: float = PUBLISH_INTERVAL_S) -> None:
+        """Publish now and then every ``interval_s`` until cancelled."""
+        while True:
+            await self.publish()
+            await asyncio.sleep(interval_s)
+
+    async def peers(self) -> dict[str, dict[str, Any]]:
+        """The other registries of the queue published recently: tools by fingerprint."""
+        now = time.monotonic()
+        if self._peers is not None and now - self._peers[0] < self.ttl_s:
+            return self._peers[1]
+        try:
+            # Bounded: a turn's start must not wait on a database that does not answer.
+            found = await asyncio.wait_for(
+                queue_registries(
+                    self.store,
+                    task_queue=self.task_queue,
+                    seen_since=datetime.now(UTC) - timedelta(seconds=self.stale_s),
+                ),
+                READ_DEADLINE_S,
+            )
+        except Exception:
+            logger.warning("cannot read the registries of %r", self.task_queue, exc_info=True)
+            found = {}
+        found.pop(self.fingerprint, None)
+        self._peers = (now, found)
+        return found
+
+    async def live(self, fingerprint: str) -> bool:
+        """Whether a worker of registry ``fingerprint`` polls its tools queue (cached)."""
+        now = time.monotonic()
+        cached = self._live.get(fingerprint)
+        if cached is not None and now - cached[0] < self.ttl_s:
+            return cached[1]
+        try:
+            described = await self.client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(
+                    namespace=self.client.namespace,
+                    task_queue=TaskQueue(name=tools_queue(self.task_queue, fingerprint)),
+                    task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+                ),
+                timeout=timedelta(seconds=READ_DEADLINE_S),
+            )
+        except RPCError as exc:
+            logger.debug("cannot describe the tools queue of %s: %s", fingerprint, exc.message)
+            return False
+        # Long polls refresh a poller's last access about every minute; older is gone.
+        horizon = datetime.now(UTC) - timedelta(seconds=self.stale_s)
+        alive = any(
+            poller.last_access_time.ToDatetime(tzinfo=UTC) >= horizon
+            for poller in described.pollers
+        )
+        self._live[fingerprint] = (now, alive)
+        return alive
+
+    async def peer_queue_for(self, tool_name: str) -> tuple[str, list[str]] | None:
+        """A live peer that has ``tool_name``: its tools queue and tool names.
+
+        ``None``: no live worker of the queue has the tool.
+        """
+        for fingerprint, tools in sorted((await self.peers()).items()):
+            if tool_name in tools and await self.live(fingerprint):
+                return tools_queue(self.task_queue, fingerprint), sorted(tools)
+        return None
+
+    async def peer_tools(self) -> dict[str, dict[str, Any]]:
+        """The tools of live peers that this worker lacks, each with its settings."""
+        found: dict[str, dict[str, Any]] = {}
+        for fingerprint, tools in sorted((await self.peers()).items()):
+            missing = {name: meta for name, meta in tools.items() if name not in self.tools}
+            if missing and await self.live(fingerprint):
+                for name, meta in missing.items():
+                    found.setdefault(name, meta)
+        return found

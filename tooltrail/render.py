@@ -148,6 +148,8 @@ def _event_detail(event: AuditEvent, full: bool) -> Text:
         return Text(
             f"phase {payload.get('phase')}, {state}, {payload.get('duration_ms', 0):.1f} ms"
         )
+    if event.kind == "tool_routed":
+        return Text(f"sent to {payload.get('task_queue')} (a worker there has the tool)")
     if event.kind == "turn_cancelled":
         return Text(f"finished calls: {', '.join(payload.get('finished_calls', [])) or 'none'}")
     return Text(preview(str(payload), 10_000 if full else 80))

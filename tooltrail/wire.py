@@ -112,6 +112,7 @@ EventKind = Literal[
     "hook_decision",
     "loop_detected",
     "breaker_refused",
+    "tool_routed",
     "recovery_decision",
     "turn_cancelled",
     "turn_end",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -38,6 +40,7 @@ from tooltrail.middleware import RedactingMiddleware
 from tooltrail.reconcile import background_reconciliation
 from tooltrail.recovery import NoopReflector
 from tooltrail.registry_check import (
+    RegistryDirectory,
     registry_fingerprint,
     watch_registry_peers,
     worker_identity,
@@ -54,10 +57,13 @@ from tooltrail.workflows.session import CloseSessionWorkflow
 from tooltrail.workflows.turn import TurnWorkflow
 from tooltrail.workflows.versioned import VersionedAgentRunWorkflow
 
+logger = logging.getLogger("tooltrail.worker")
+
 __all__ = [
     "PURE_MODULES",
     "ClientFactory",
     "Deployment",
+    "ToolWorker",
     "build_worker",
     "connect_client",
     "open_deployment",
@@ -160,6 +166,19 @@ def build_worker(
         host.observers,
         [layer for layer in host.middleware if isinstance(layer, RedactingMiddleware)],
     )
+    # The queue's registries, so the work of workers with other tools stays apart
+    # (tooltrail.registry_check): published by this worker; read on a registry miss and by
+    # the plan of a turn that names no tools.
+    directory = RegistryDirectory(
+        client,
+        store,
+        task_queue,
+        {
+            name: meta.model_dump(mode="json", exclude_defaults=True)
+            for name, meta in host.tool_meta().items()
+        },
+    )
+    identity = worker_options.pop("identity", None) or worker_identity(directory.fingerprint)
     tools = ToolActivities(
         host.registry,
         recorder,
@@ -170,11 +189,12 @@ def build_worker(
         middleware=host.middleware,
         breaker=host.circuit_breaker,
         dispatcher=dispatcher,
-        # The identity Temporal knows the worker by (the Worker's default is the client's).
-        worker_identity=str(worker_options.get("identity") or client.identity),
+        # The identity Temporal knows the worker by.
+        worker_identity=identity,
+        directory=directory,
     )
     audit = AuditActivities(recorder)
-    planner = TurnPlanner(host, store)
+    planner = TurnPlanner(host, store, directory)
     extra_activities: list[Any] = []
     if host.model is not None:
         conversation = ConversationActivities(
@@ -189,8 +209,29 @@ def build_worker(
     agent_run = VersionedAgentRunWorkflow if versioned else AgentRunWorkflow
     if versioned:
         mark_versioned_worker(client)
-    return Worker(
+    interceptors = [CleanDatabaseErrors(), *worker_options.pop("interceptors", ())]
+    # A versioned worker's tools queue is in its deployment version too: an attempt a pinned
+    # turn routes goes to the peer of the same release.
+    deployment = worker_options.get("deployment_config")
+    routed_build = {"deployment_config": deployment} if deployment is not None else {}
+    # Attempts sent here by peers that lack a tool of this worker: tool attempts only.
+    routed = Worker(
         client,
+        task_queue=directory.own_queue,
+        activities=[tools.execute],
+        interceptors=interceptors,
+        identity=identity,
+        graceful_shutdown_timeout=worker_options.get(
+            "graceful_shutdown_timeout", timedelta(seconds=0)
+        ),
+        max_concurrent_activities=worker_options.get("max_concurrent_activities")
+        or Settings().max_concurrent_activities,
+        **routed_build,
+    )
+    return ToolWorker(
+        client,
+        routed=routed,
+        directory=directory,
         task_queue=task_queue,
         workflows=[
             TurnWorkflow,
@@ -211,13 +252,55 @@ def build_worker(
         ],
         workflow_runner=sandbox_runner(strict=strict_sandbox),
         # Database errors leave activities without the data they were writing.
-        interceptors=[CleanDatabaseErrors(), *worker_options.pop("interceptors", ())],
+        interceptors=interceptors,
         # The identity carries the registry's fingerprint, so peers with other tools on this
         # queue can be told apart (tooltrail.registry_check).
-        identity=worker_options.pop("identity", None)
-        or worker_identity(registry_fingerprint(host.registry.names())),
+        identity=identity,
         **{**_capacity(worker_options), **worker_options},
     )
+
+
+class ToolWorker(Worker):
+    """The tooltrail worker: Temporal's, plus the queue of attempts peers send it.
+
+    Running, it also polls its registry's tools queue (``tooltrail.registry_check``) and
+    keeps its registry published in the database; shutting down stops both.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        routed: Worker,
+        directory: RegistryDirectory,
+        **options: Any,
+    ) -> None:
+        """Build the main worker; ``routed`` polls the tools queue of ``directory``."""
+        super().__init__(client, **options)
+        self.routed = routed
+        self.directory = directory
+
+    async def run(self) -> None:
+        """Run both workers and the registry's publication until shut down."""
+        await self.directory.publish()
+        publishing = asyncio.create_task(self.directory.keep_published(), name="tooltrail-registry")
+        routed = asyncio.create_task(self.routed.run(), name="tooltrail-tools-queue")
+        try:
+            await super().run()
+        finally:
+            publishing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await publishing
+            await self.routed.shutdown()
+            try:
+                await routed
+            except Exception:
+                # The main worker's end is what the caller hears of; this one is logged.
+                logger.exception("the tools queue's worker failed")
+
+    async def shutdown(self) -> None:
+        """Shut both workers down together (attempts get the same graceful timeout)."""
+        await asyncio.gather(super().shutdown(), self.routed.shutdown())
 
 
 def _capacity(worker_options: dict[str, Any]) -> dict[str, Any]:

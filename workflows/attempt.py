@@ -25,8 +25,6 @@ from tooltrail.recovery import MAX_RECOVERY_ATTEMPTS
 from tooltrail.results import ToolCall, ToolDispatchResult
 from tooltrail.text import BREAKER_OPEN, canonical_json, render_text, stable_hash, trajectory
 from tooltrail.wire import (
-    ATTEMPT_OUTCOME,
-    TOOL_EXECUTE,
     AttemptOutcome,
     AttemptResult,
     AuditEvent,
@@ -44,6 +42,7 @@ from tooltrail.workflows.approvals import Approvals
 from tooltrail.workflows.failures import infra_failed, raise_if_cancelled
 from tooltrail.workflows.memo import memo_hit, memo_in_place, memo_update
 from tooltrail.workflows.recovery import Recovery
+from tooltrail.workflows.routes import ToolRoutes
 from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
 
@@ -84,6 +83,7 @@ class CallPipeline:
         self._trail = trail
         self._recovery = Recovery(state, trail)
         self._approvals = Approvals(state, trail)
+        self._routes = ToolRoutes(trail)
 
     async def dispatch(self, call: ToolCall, arguments: dict[str, Any]) -> ToolDispatchResult:
         """Run the per-attempt pipeline (spec §2.1) for one call, retries included."""
@@ -453,25 +453,15 @@ class CallPipeline:
             maximum_attempts=config.infrastructure_retries,
         )
         try:
-            if meta is not None and meta.local:
-                # @tool(local=True): no round trip to the server, no input in the history,
-                # no heartbeats (see the durability trade-off in tooltrail.tools.tool).
-                outcome: AttemptOutcome = await workflow.execute_local_activity(
-                    TOOL_EXECUTE,
-                    request,
-                    result_type=ATTEMPT_OUTCOME,
-                    start_to_close_timeout=timeout,
-                    retry_policy=retry,
-                )
-            else:
-                outcome = await workflow.execute_activity(
-                    TOOL_EXECUTE,
-                    request,
-                    result_type=ATTEMPT_OUTCOME,
-                    start_to_close_timeout=timeout,
-                    heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_s),
-                    retry_policy=retry,
-                )
+            # On the turn's queue (@tool(local=True): as a local activity, see the durability
+            # trade-off in tooltrail.tools.tool), or on a peer's that has the tool (.routes).
+            outcome = await self._routes.execute(
+                request,
+                local=meta is not None and meta.local,
+                start_to_close_timeout=timeout,
+                heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_s),
+                retry_policy=retry,
+            )
         except (ActivityError, ApplicationError) as failure:
             # Temporal's infrastructure retries are spent (spec §14): a soft failed attempt.
             return infra_failed(failure, tool_name)

@@ -501,6 +501,46 @@ async def reflector_cancelled(tt: Tooltrail) -> str:
     return handle.turn_id
 
 
+@tool
+def peer_only(key: str) -> str:
+    """A tool only the peer worker of ``tool_routed`` has."""
+    return f"peer:{key}"
+
+
+async def tool_routed(tt: Tooltrail) -> str:
+    # A peer worker with another tool polls the same queue: a call of its tool that lands on
+    # the recorder's worker is refused there and sent to the peer's tools queue, and the
+    # turn's next call of that tool goes there directly.
+    from temporalio.client import Client
+
+    from tooltrail.registry_check import RegistryDirectory
+
+    peer_client = await Client.connect(
+        tt.client.service_client.config.target_host, data_converter=tt.client.data_converter
+    )
+    peer_host = Host([peer_only])
+    async with build_worker(peer_client, peer_host, task_queue=tt.task_queue, store=tt.store):
+        probe = RegistryDirectory(tt.client, tt.store, tt.task_queue, {}, ttl_s=0.0)
+        for _ in range(200):
+            if await probe.peer_queue_for("peer_only") and await probe.peer_queue_for("echo"):
+                break
+            await asyncio.sleep(0.05)
+        for n in range(50):
+            result = await tt.run_turn(
+                [
+                    ToolCall("r1", "echo", {"text": "here"}),
+                    ToolCall("r2", "peer_only", {"key": "a"}),
+                    ToolCall("r3", "peer_only", {"key": "b"}),
+                ],
+                session_id=f"hist-routed-{n}",
+            )
+            assert [r.output for r in result.results] == ["here", "peer:a", "peer:b"]
+            events = await tt.audit(result.turn_id)
+            if [e.tool_name for e in events if e.kind == "tool_routed"] == ["peer_only"]:
+                return result.turn_id
+    raise AssertionError("no turn of 50 had its peer's tool routed")
+
+
 @contextlib.contextmanager
 def broken_scratch() -> Iterator[None]:
     """Make every worker's scratch cleanup fail (the recorder builds the workers itself)."""
@@ -625,6 +665,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "reflector_cancelled": (reflector_cancelled, Host(TOOLS, reflector=PonderingReflector())),
     "close_session_fails": (close_session_fails, Host(TOOLS)),
     "tool_catalog": (tool_catalog, Host(TOOLS)),
+    "tool_routed": (tool_routed, Host(TOOLS)),
     "agent_cleanup_fails": (cleanup_fails, Host(TOOLS, model=ScriptedModel([text_response("ok")]))),
     "model_turn_parallel": (
         parallel_model_turn,

@@ -37,6 +37,7 @@ __all__ = [
     "RunForkRow",
     "SessionStateRow",
     "ToolHealthRow",
+    "ToolRegistryRow",
     "TurnRow",
     "TurnRunRow",
 ]
@@ -310,3 +311,20 @@ class RunForkRow(Base):
     message_replaced: Mapped[bool] = mapped_column(Boolean)
     """Whether the last user message of the copied conversation was replaced."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ToolRegistryRow(Base):
+    """One registry (tool set) of the workers polling a task queue (``tooltrail.registry_check``).
+
+    Each worker upserts its row at start and then every 30 s, so the workers of a queue can
+    tell which peer has a tool they lack and send its calls there.
+    """
+
+    __tablename__ = "tool_registry"
+
+    task_queue: Mapped[str] = mapped_column(String(255), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    """``registry_fingerprint`` of the tool names."""
+    tools: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    """The tool names, each with its settings (``ToolMeta``, as JSON)."""
+    last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True))
