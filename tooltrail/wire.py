@@ -640,8 +640,9 @@ class ModelPhase(BaseModel):
     The model is offered the catalog of the turn's advertised tools: the worker's own and
     its queue's live peers' (the schemas stay out of every turn's history). The model
     activity reads the session's state with the conversation; the turn appends its tool
-    results to the conversation with its final audit record and returns neither, so an agent run's history carries no tool output and
-    no loop-detector window from turn to turn.
+    results to the conversation with its final audit record and returns neither, so an
+    agent run's history carries no tool output and no loop-detector window from turn to
+    turn.
     """
 
     run_id: str
