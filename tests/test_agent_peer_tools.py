@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import asyncpg
+import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import StackFactory
@@ -30,7 +32,7 @@ from tooltrail.db.registry import publish_registry, read_registries
 from tooltrail.db.store import AuditStore
 from tooltrail.llm.messages import ModelRequest, ModelResponse
 from tooltrail.llm.scripted import text_response, tool_call_response
-from tooltrail.registry_check import PeerOffer, RegistryDirectory
+from tooltrail.registry_check import READ_DEADLINE_S, PeerOffer, RegistryDirectory
 from tooltrail.wire import ModelPhase, ModelSettings, ModelTurnRequest
 
 RUNS = 12
@@ -94,6 +96,8 @@ async def test_every_model_call_is_offered_both_tool_sets_and_the_peers_tool_run
                 assert str(event.worker).endswith(f"tooltrail:{owner}"), event
     tool_posts = [e for events in trails for e in events if e.kind == "tool_post"]
     assert len(tool_posts) == RUNS
+    # Calls that landed on the worker without their tool went on by the existing routes.
+    assert any(e.kind == "tool_routed" for events in trails for e in events)
     assert all(c.names == ["calculate", "lookup"] for c in catalogs)
     assert all(set(c.tools) == {"calculate", "lookup"} for c in catalogs)
     assert all(c.tools["lookup"].local for c in catalogs)  # the peer's own declaration
@@ -182,6 +186,37 @@ async def test_a_model_turn_offers_its_own_tools_when_the_directory_cannot_be_re
     assert took < PEER_OFFER_DEADLINE_S + 1
 
 
+@pytest.mark.postgres
+async def test_a_model_turn_does_not_wait_on_a_directory_that_hangs(
+    temporal_env: WorkflowEnvironment, postgres_url: str
+) -> None:
+    # The directory's table is locked (a read of it hangs): after the directory's read
+    # deadline the model is offered the worker's own tools.
+    store = AuditStore(postgres_url)
+    host = Host([calculate])
+    directory = RegistryDirectory(temporal_env.client, store, "tq-hang", {"calculate": {}})
+    activities = ConversationActivities(
+        CrossingModel("calc", []),
+        Recorder(store, [], []),
+        None,
+        host.registry.openai_tools,
+        directory=directory,
+    )
+    locker = await asyncpg.connect(postgres_url.replace("+asyncpg", ""))
+    try:
+        async with locker.transaction():
+            await locker.execute("LOCK TABLE tool_registry IN ACCESS EXCLUSIVE MODE")
+            started = time.monotonic()
+            offer = await activities._peer_offer()
+            took = time.monotonic() - started
+    finally:
+        await locker.close()
+        await store.close()
+    assert offer == PeerOffer({}, [])
+    assert activities._catalog(_request(), offer) == host.registry.openai_tools()
+    assert READ_DEADLINE_S - 0.5 < took < PEER_OFFER_DEADLINE_S + 1
+
+
 def test_the_offer_is_the_union_sorted_own_entries_first_filtered_by_advertised() -> None:
     host = Host([lookup, calculate])
     own = host.registry.openai_tools()
@@ -190,9 +225,9 @@ def test_the_offer_is_the_union_sorted_own_entries_first_filtered_by_advertised(
     offer = PeerOffer({"alpha": {}, "lookup": {}}, [alpha, peer_lookup])
     activities = ConversationActivities(
         CrossingModel("x", []),
+        None,  # type: ignore[arg-type]  # the catalog needs no database
         None,
-        None,
-        host.registry.openai_tools,  # type: ignore[arg-type]
+        host.registry.openai_tools,
     )
     by_name = {spec["function"]["name"]: spec for spec in own}
     # Sorted by name; this worker's own entry wins the clash on "lookup".
