@@ -221,10 +221,16 @@ class RegistryDirectory:
 
     async def publish(self) -> None:
         """Insert or refresh this registry's row (best effort: a failure is logged)."""
-        try:
-            if self._catalog is None:
+        if self._catalog is None:
+            try:
                 build = self._build_catalog
                 self._catalog = [] if build is None else build()
+            except Exception:
+                # The tools are still published (their calls can be routed here); only no
+                # peer's model is offered them.
+                logger.warning("cannot build the tool catalog to publish", exc_info=True)
+                self._catalog = []
+        try:
             await publish_registry(
                 self.store,
                 task_queue=self.task_queue,
