@@ -20,6 +20,7 @@ Two decisions about an answer are made here, so the workflows need not know prov
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +45,7 @@ from tooltrail.llm.messages import (
     ModelRequest,
     ModelResponse,
 )
+from tooltrail.registry_check import READ_DEADLINE_S, PeerOffer, RegistryDirectory
 from tooltrail.results import Part
 from tooltrail.telemetry import chat_span
 from tooltrail.text import render_text
@@ -52,6 +54,9 @@ from tooltrail.wire import MODEL_TURN, ModelTurnOutcome, ModelTurnRequest, Sessi
 __all__ = ["ConversationActivities"]
 
 log = logging.getLogger("tooltrail.model")
+
+PEER_OFFER_DEADLINE_S = 2 * READ_DEADLINE_S
+"""How long a model turn waits for the peers' tools before it offers its worker's own only."""
 
 
 class ConversationActivities:
@@ -63,6 +68,7 @@ class ConversationActivities:
         recorder: Recorder,
         planner: TurnPlanner | None = None,
         catalog: Callable[[], list[dict[str, Any]]] | None = None,
+        directory: RegistryDirectory | None = None,
     ) -> None:
         """Wire the model client and the audit recorder (whose database holds conversations).
 
@@ -74,8 +80,13 @@ class ConversationActivities:
                 turn's advertised tools of it. Built once, at the first model turn: the
                 worker's registry is frozen by then (``build_worker``), and a schema costs a
                 millisecond to generate.
+            directory: the registries of the worker's task queue: the model is offered the
+                tools of the queue's live peers too (``tooltrail.registry_check``), and the
+                plan advertises them, so whichever worker runs a model call the model sees
+                the same tools, and its calls of a peer's tool are sent to the peer.
         """
         self.client = client
+        self.directory = directory
         self.recorder = recorder
         self.planner = planner
         self._built_catalog: list[dict[str, Any]] | None = None
@@ -113,12 +124,13 @@ class ConversationActivities:
             stored, state = await until_written(
                 load, what=f"reading the conversation of run {phase.run_id!r}"
             )
+        peers = await self._peer_offer()
         previous = next((answer for seq, _, answer in stored if seq == answer_seq), None)
         if previous is not None:
             return ModelTurnOutcome(
                 response=_for_history(previous),
                 reused=True,
-                plan=self._plan(inp, previous, state),
+                plan=self._plan(inp, previous, state, peers),
             )
         messages = [message for seq, message, _ in stored if seq < answer_seq]
         refs = [m.content_ref for m in messages if m.content_ref]
@@ -133,7 +145,7 @@ class ConversationActivities:
             ]
         request = ModelRequest(
             messages=messages,
-            tools=self._catalog(inp),
+            tools=self._catalog(inp, peers),
             model=phase.settings.model,
             temperature=phase.settings.temperature,
             max_tokens=phase.settings.max_tokens,
@@ -168,23 +180,49 @@ class ConversationActivities:
         # the answer and retry until it lands instead of failing the run or asking again.
         await until_written(store, what=f"storing the model's answer of run {phase.run_id!r}")
         return ModelTurnOutcome(
-            response=_for_history(response), plan=self._plan(inp, response, state)
+            response=_for_history(response), plan=self._plan(inp, response, state, peers)
         )
 
-    def _catalog(self, inp: ModelTurnRequest) -> list[dict[str, Any]]:
+    async def _peer_offer(self) -> PeerOffer:
+        """What the queue's live peers add to this worker's tools; nothing if unknown in time.
+
+        Bounded (the directory's reads are, and so is the whole): with the database or the
+        server slow or down, the model is offered its worker's own tools and the run goes on.
+        """
+        if self.directory is None:
+            return PeerOffer({}, [])
+        try:
+            return await asyncio.wait_for(self.directory.peer_offer(), PEER_OFFER_DEADLINE_S)
+        except Exception:
+            log.warning(
+                "cannot read the tools of the peers of task queue %r; the model is offered "
+                "this worker's own tools",
+                self.directory.task_queue,
+                exc_info=True,
+            )
+            return PeerOffer({}, [])
+
+    def _catalog(self, inp: ModelTurnRequest, peers: PeerOffer) -> list[dict[str, Any]]:
         if self.catalog is None:
             return []
         if self._built_catalog is None:
             self._built_catalog = self.catalog()
+        offered = self._built_catalog
+        if peers.catalog:
+            own = {_spec_name(spec) for spec in offered}
+            extra = [spec for spec in peers.catalog if _spec_name(spec) not in own]
+            # The union sorted by name: whichever worker runs the call, the model is offered
+            # the same list in the same order (its own entries win a name clash).
+            offered = sorted([*offered, *extra], key=_spec_name)
         wanted = None if inp.advertised is None else set(inp.advertised)
-        return [
-            spec
-            for spec in self._built_catalog
-            if wanted is None or spec.get("function", {}).get("name") in wanted
-        ]
+        return [spec for spec in offered if wanted is None or _spec_name(spec) in wanted]
 
     def _plan(
-        self, inp: ModelTurnRequest, response: ModelResponse, state: SessionState | None
+        self,
+        inp: ModelTurnRequest,
+        response: ModelResponse,
+        state: SessionState | None,
+        peers: PeerOffer,
     ) -> TurnPlan:
         # Agent turns do not memoize (they never did): their plans carry no memo plan.
         calls = response.message.tool_calls
@@ -192,7 +230,13 @@ class ConversationActivities:
             TurnPlan()
             if self.planner is None
             else self.planner.plan(
-                calls, advertised=inp.advertised, parallel=inp.verdicts and bool(calls), memo=False
+                calls,
+                advertised=inp.advertised,
+                parallel=inp.verdicts and bool(calls),
+                memo=False,
+                # The union the model was offered: a call of a peer's tool is dispatched
+                # (and sent to the peer), not answered "not available".
+                peer_tools=peers.tools,
             )
         )
         if state is not None:
@@ -236,6 +280,11 @@ def _refuse_truncated(response: ModelResponse, request: ModelRequest) -> None:
         type=MODEL_OUTPUT_TRUNCATED,
         non_retryable=True,
     )
+
+
+def _spec_name(spec: dict[str, Any]) -> str:
+    """The tool name of a catalog entry (OpenAI's ``tools`` format)."""
+    return str(spec.get("function", {}).get("name", ""))
 
 
 def _for_history(response: ModelResponse) -> ModelResponse:

@@ -76,17 +76,21 @@ class TurnPlanner:
             parallel: judge the calls for parallel waves.
             memo: include the host's memoize plan and the calls' paths.
             peer_tools: tools of live peers this worker lacks, with their settings; advertised
-                too when ``advertised`` is ``None``.
+                too when ``advertised`` is ``None``. The settings of those the turn
+                advertises join the plan's (an agent turn's model may call a peer's tool).
         """
         tools = dict(self._tools)
         names = self.host.registry.names()
         if advertised is None and peer_tools:
             names = sorted({*names, *peer_tools})
-            for name, settings in peer_tools.items():
-                # A peer's tool never runs as a local activity here: this worker lacks it.
-                meta = ToolMeta.model_validate({**settings, "local": False})
-                if meta != ToolMeta():
-                    tools[name] = meta
+        wanted = None if advertised is None else set(advertised)
+        for name, settings in (peer_tools or {}).items():
+            if wanted is not None and name not in wanted:
+                continue
+            # A peer's tool never runs as a local activity here: this worker lacks it.
+            meta = ToolMeta.model_validate({**settings, "local": False})
+            if meta != ToolMeta():
+                tools[name] = meta
         plan = TurnPlan(
             advertised=names if advertised is None else None,
             tools=tools,

@@ -95,7 +95,7 @@ async def _ready(store: AuditStore, client: Client, task_queue: str, tools: list
 
 @contextlib.asynccontextmanager
 async def _two_workers(
-    env: WorkflowEnvironment, url: str, tmp_path: Path, peer: Host = LOOK
+    env: WorkflowEnvironment, url: str, tmp_path: Path, peer: Host = LOOK, first: Host = CALC
 ) -> AsyncIterator[tuple[Tooltrail, str]]:
     client = env.client
     # One Temporal client carries one worker per queue: the peer gets its own.
@@ -108,7 +108,7 @@ async def _two_workers(
         async with (
             build_worker(
                 client,
-                CALC,
+                first,
                 task_queue=task_queue,
                 store=store,
                 scratch=ScratchDirs(tmp_path / "a"),
@@ -117,7 +117,9 @@ async def _two_workers(
                 other, peer, task_queue=task_queue, store=store, scratch=ScratchDirs(tmp_path / "b")
             ),
         ):
-            await _ready(store, client, task_queue, ["calculate", *peer.registry.names()])
+            await _ready(
+                store, client, task_queue, [*first.registry.names(), *peer.registry.names()]
+            )
             yield Tooltrail(client, task_queue=task_queue, store=store), task_queue
     finally:
         await store.close()

@@ -524,7 +524,8 @@ class Tooltrail:
         """Return the tools a worker of the task queue serves (asked once, then remembered).
 
         One short workflow (``ToolCatalogWorkflow``) on the queue; no MCP server is started
-        here. Workers of one queue serve the same tools, so any worker's answer stands.
+        here. Whichever worker answers lists its own tools and those of the queue's live
+        workers with other tools (``tooltrail.registry_check``), so any worker's answer stands.
 
         Raises:
             TurnFailed: no worker answered within 30 s.

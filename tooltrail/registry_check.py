@@ -19,9 +19,15 @@ landed on a worker that lacks a tool another worker of the queue has.
   calls of the turn there directly. If no live worker has it, the ordinary "Tool not found".
 - A standalone turn that advertises "the worker's tools" advertises the union of the
   queue's live registries (``RegistryDirectory.peer_tools``).
+- An agent's model is offered the union too: each registry's row carries its tools' catalog
+  entries (the function specs a model is offered), and the model activity adds the live
+  peers' entries to its own worker's (``RegistryDirectory.peer_offer``), so whichever
+  worker runs a model call, the model sees the same tools; its plan advertises the same
+  union, so a call of a peer's tool is sent to the peer.
 
 While all the workers of a queue run the same tools, nothing of this is used: attempts stay
-on the main queue (eager dispatch included), and the directory is read by nobody.
+on the main queue (eager dispatch included), and the directory (read at most every few
+seconds per worker) names no peer.
 """
 
 from __future__ import annotations
@@ -33,9 +39,9 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -43,13 +49,14 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from tooltrail.db.registry import publish_registry, queue_registries
+from tooltrail.db.registry import PublishedRegistry, publish_registry, read_registries
 from tooltrail.db.store import AuditStore
 from tooltrail.workflows.routes import TOOL_ON_PEER
 
 __all__ = [
     "IDENTITY_MARK",
     "TOOL_ON_PEER",
+    "PeerOffer",
     "RegistryDirectory",
     "mismatched_pollers",
     "registry_fingerprint",
@@ -70,6 +77,15 @@ PUBLISH_INTERVAL_S = 30.0
 
 READ_DEADLINE_S = 2.0
 """How long a read of the directory may take before it counts as empty."""
+
+
+class PeerOffer(NamedTuple):
+    """What the queue's live peers add to this worker's tools (``RegistryDirectory.peer_offer``)."""
+
+    tools: dict[str, dict[str, Any]]
+    """The tools of live peers this worker lacks, each with its settings (``ToolMeta`` JSON)."""
+    catalog: list[dict[str, Any]]
+    """Their catalog entries (OpenAI's ``tools`` format), sorted by tool name."""
 
 
 def tools_queue(task_queue: str, fingerprint: str) -> str:
@@ -169,6 +185,9 @@ class RegistryDirectory:
         tools: this worker's tools, each with its settings as JSON (``ToolMeta``).
         ttl_s: how long a read of the directory or of a queue's pollers is reused.
         stale_s: a registry not refreshed for this long counts as gone.
+        catalog: builds this worker's catalog entries (OpenAI's ``tools`` format), published
+            with the tools so peers can offer them to a model; called once, at the first
+            publication (default: none published).
     """
 
     def __init__(
@@ -180,6 +199,7 @@ class RegistryDirectory:
         *,
         ttl_s: float = 5.0,
         stale_s: float = 3 * PUBLISH_INTERVAL_S,
+        catalog: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
         """Describe this worker's registry; nothing is read or written yet."""
         self.client = client
@@ -189,7 +209,9 @@ class RegistryDirectory:
         self.fingerprint = registry_fingerprint(tools)
         self.ttl_s = ttl_s
         self.stale_s = stale_s
-        self._peers: tuple[float, dict[str, dict[str, Any]]] | None = None
+        self._build_catalog = catalog
+        self._catalog: list[dict[str, Any]] | None = None
+        self._peers: tuple[float, dict[str, PublishedRegistry]] | None = None
         self._live: dict[str, tuple[float, bool]] = {}
 
     @property
@@ -199,12 +221,22 @@ class RegistryDirectory:
 
     async def publish(self) -> None:
         """Insert or refresh this registry's row (best effort: a failure is logged)."""
+        if self._catalog is None:
+            try:
+                build = self._build_catalog
+                self._catalog = [] if build is None else build()
+            except Exception:
+                # The tools are still published (their calls can be routed here); only no
+                # peer's model is offered them.
+                logger.warning("cannot build the tool catalog to publish", exc_info=True)
+                self._catalog = []
         try:
             await publish_registry(
                 self.store,
                 task_queue=self.task_queue,
                 fingerprint=self.fingerprint,
                 tools=self.tools,
+                catalog=self._catalog,
                 now=datetime.now(UTC),
             )
         except Exception:
@@ -222,13 +254,17 @@ class RegistryDirectory:
 
     async def peers(self) -> dict[str, dict[str, Any]]:
         """The other registries of the queue published recently: tools by fingerprint."""
+        return {fingerprint: found.tools for fingerprint, found in (await self._read()).items()}
+
+    async def _read(self) -> dict[str, PublishedRegistry]:
+        """The other registries of the queue published recently, by fingerprint (cached)."""
         now = time.monotonic()
         if self._peers is not None and now - self._peers[0] < self.ttl_s:
             return self._peers[1]
         try:
             # Bounded: a turn's start must not wait on a database that does not answer.
             found = await asyncio.wait_for(
-                queue_registries(
+                read_registries(
                     self.store,
                     task_queue=self.task_queue,
                     seen_since=datetime.now(UTC) - timedelta(seconds=self.stale_s),
@@ -281,10 +317,26 @@ class RegistryDirectory:
 
     async def peer_tools(self) -> dict[str, dict[str, Any]]:
         """The tools of live peers that this worker lacks, each with its settings."""
-        found: dict[str, dict[str, Any]] = {}
-        for fingerprint, tools in sorted((await self.peers()).items()):
-            missing = {name: meta for name, meta in tools.items() if name not in self.tools}
-            if missing and await self.live(fingerprint):
-                for name, meta in missing.items():
-                    found.setdefault(name, meta)
-        return found
+        return (await self.peer_offer()).tools
+
+    async def peer_offer(self) -> PeerOffer:
+        """The tools of live peers that this worker lacks: their settings and catalog entries.
+
+        This worker's own tools win a name clash; between peers, the registry with the
+        lowest fingerprint does (the same choice on every worker). A tool a peer published
+        without a catalog entry is still offered to plans (its calls are sent to the peer),
+        but to no model.
+        """
+        tools: dict[str, dict[str, Any]] = {}
+        entries: dict[str, dict[str, Any]] = {}
+        for fingerprint, registry in sorted((await self._read()).items()):
+            missing = {n: meta for n, meta in registry.tools.items() if n not in self.tools}
+            if not missing or not await self.live(fingerprint):
+                continue
+            for name, meta in missing.items():
+                tools.setdefault(name, meta)
+            for entry in registry.catalog:
+                name = entry["function"]["name"]
+                if name in missing and tools[name] is missing[name]:
+                    entries.setdefault(name, entry)
+        return PeerOffer(tools, [entries[name] for name in sorted(entries)])

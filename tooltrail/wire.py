@@ -637,11 +637,12 @@ class ModelSettings(BaseModel):
 class ModelPhase(BaseModel):
     """The model call that starts a turn (instead of ready-made calls).
 
-    The model is offered the worker's catalog of the turn's advertised tools (the schemas
-    stay out of every turn's history). The model activity reads the session's state with
-    the conversation; the turn appends its tool results to the conversation with its final
-    audit record and returns neither, so an agent run's history carries no tool output and
-    no loop-detector window from turn to turn.
+    The model is offered the catalog of the turn's advertised tools: the worker's own and
+    its queue's live peers' (the schemas stay out of every turn's history). The model
+    activity reads the session's state with the conversation; the turn appends its tool
+    results to the conversation with its final audit record and returns neither, so an
+    agent run's history carries no tool output and no loop-detector window from turn to
+    turn.
     """
 
     run_id: str
@@ -661,7 +662,8 @@ class ModelTurnRequest(BaseModel):
     phase: ModelPhase
     turn_id: str
     advertised: list[str] | None = None
-    """The tools the model is offered (from the worker's catalog); ``None``: all of them."""
+    """The tools the model is offered (from the catalog of the worker and its live peers);
+    ``None``: all of them."""
     verdicts: bool = False
     """Judge the answer's tool calls for parallel dispatch (the concurrency declarations
     are host code, so the worker judges them, as it does for a standalone turn)."""

@@ -167,8 +167,9 @@ def build_worker(
         [layer for layer in host.middleware if isinstance(layer, RedactingMiddleware)],
     )
     # The queue's registries, so the work of workers with other tools stays apart
-    # (tooltrail.registry_check): published by this worker; read on a registry miss and by
-    # the plan of a turn that names no tools.
+    # (tooltrail.registry_check): published by this worker (names, settings, catalog
+    # entries); read on a registry miss, by the plan of a turn that names no tools, by the
+    # model turns (the model is offered the peers' tools too) and by the catalog activity.
     directory = RegistryDirectory(
         client,
         store,
@@ -177,6 +178,8 @@ def build_worker(
             name: meta.model_dump(mode="json", exclude_defaults=True)
             for name, meta in host.tool_meta().items()
         },
+        # Published with the tools, so a peer's model can be offered them too.
+        catalog=host.registry.openai_tools,
     )
     identity = worker_options.pop("identity", None) or worker_identity(directory.fingerprint)
     tools = ToolActivities(
@@ -198,7 +201,7 @@ def build_worker(
     extra_activities: list[Any] = []
     if host.model is not None:
         conversation = ConversationActivities(
-            host.model, recorder, planner, host.registry.openai_tools
+            host.model, recorder, planner, host.registry.openai_tools, directory=directory
         )
         extra_activities.append(conversation.model_turn)
     sessions = SessionActivities(scratch)
@@ -246,7 +249,7 @@ def build_worker(
             sessions.cleanup,
             recovery.reflect,
             planner.prepare,
-            CatalogActivities(host).catalog,
+            CatalogActivities(host, directory).catalog,
             AuthorizeActivities(dispatcher).authorize,
             *extra_activities,
         ],

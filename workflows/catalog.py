@@ -19,7 +19,10 @@ __all__ = ["ToolCatalogWorkflow"]
 
 @workflow.defn(name="ToolCatalogWorkflow")
 class ToolCatalogWorkflow:
-    """Returns the catalog of whichever worker of the task queue takes the activity."""
+    """Returns the catalog of whichever worker of the task queue takes the activity.
+
+    That worker lists its own tools and those of the queue's live peers with other tools.
+    """
 
     @workflow.run
     async def run(self) -> WorkerCatalog:

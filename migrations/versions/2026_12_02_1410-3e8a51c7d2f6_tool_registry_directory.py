@@ -27,6 +27,9 @@ def upgrade() -> None:
             sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
             nullable=False,
         ),
+        # The tools' catalog entries (what a model is offered), as JSON text: kept byte for
+        # byte, so a peer offers a model exactly the entry the tool's own worker would.
+        sa.Column("catalog", sa.Text(), nullable=False),
         sa.Column("last_seen", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("task_queue", "fingerprint", name=op.f("pk_tool_registry")),
     )

@@ -327,4 +327,11 @@ class ToolRegistryRow(Base):
     """``registry_fingerprint`` of the tool names."""
     tools: Mapped[dict[str, Any]] = mapped_column(JsonType)
     """The tool names, each with its settings (``ToolMeta``, as JSON)."""
+    catalog: Mapped[str] = mapped_column(SafeText)
+    """The tools' catalog entries in OpenAI's ``tools`` format, as JSON text (a list).
+
+    Text, not JSON: JSONB would reorder the keys of each schema, and a model offered a
+    peer's tool should see exactly the entry that tool's own worker offers (a prompt cache
+    keys on the bytes).
+    """
     last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True))
