@@ -32,7 +32,12 @@ from tooltrail.db.registry import publish_registry, read_registries
 from tooltrail.db.store import AuditStore
 from tooltrail.llm.messages import ModelRequest, ModelResponse
 from tooltrail.llm.scripted import text_response, tool_call_response
-from tooltrail.registry_check import READ_DEADLINE_S, PeerOffer, RegistryDirectory
+from tooltrail.registry_check import (
+    PUBLISH_DEADLINE_S,
+    READ_DEADLINE_S,
+    PeerOffer,
+    RegistryDirectory,
+)
 from tooltrail.wire import ModelPhase, ModelSettings, ModelTurnRequest
 
 RUNS = 12
@@ -215,6 +220,33 @@ async def test_a_model_turn_does_not_wait_on_a_directory_that_hangs(
     assert offer == PeerOffer({}, [])
     assert activities._catalog(_request(), offer) == host.registry.openai_tools()
     assert READ_DEADLINE_S - 0.5 < took < PEER_OFFER_DEADLINE_S + 1
+
+
+async def test_publishing_the_registry_does_not_wait_on_a_database_that_hangs(
+    temporal_env: WorkflowEnvironment, postgres_url: str
+) -> None:
+    # A worker publishes its registry before it polls: with the directory's table locked (a
+    # write hangs), the publication is given up after its deadline, so the worker starts.
+    store = AuditStore(postgres_url)
+    directory = RegistryDirectory(temporal_env.client, store, "tq-hang-publish", {"lookup": {}})
+    locker = await asyncpg.connect(postgres_url.replace("+asyncpg", ""))
+    try:
+        async with locker.transaction():
+            await locker.execute("LOCK TABLE tool_registry IN ACCESS EXCLUSIVE MODE")
+            started = time.monotonic()
+            # (Bounded here too: unbounded, the publication would wait for this very lock.)
+            await asyncio.wait_for(directory.publish(), PUBLISH_DEADLINE_S + 5)
+            took = time.monotonic() - started
+        # Released: the next publication lands.
+        await directory.publish()
+        rows = await read_registries(
+            store, task_queue="tq-hang-publish", seen_since=datetime(2000, 1, 1, tzinfo=UTC)
+        )
+    finally:
+        await locker.close()
+        await store.close()
+    assert PUBLISH_DEADLINE_S - 0.5 < took < PUBLISH_DEADLINE_S + 2
+    assert list(rows) == [directory.fingerprint]
 
 
 def test_the_offer_is_the_union_sorted_own_entries_first_filtered_by_advertised() -> None:

@@ -71,6 +71,8 @@ IDENTITY_MARK = " tooltrail:"
 """What precedes the registry fingerprint in a worker's identity."""
 
 
+PUBLISH_DEADLINE_S = 5.0
+"""How long one publication of the registry may take before it is given up (and logged)."""
 PUBLISH_INTERVAL_S = 30.0
 """How often a worker refreshes its row in the directory."""
 
@@ -231,14 +233,16 @@ class RegistryDirectory:
                 logger.warning("cannot build the tool catalog to publish", exc_info=True)
                 self._catalog = []
         try:
-            await publish_registry(
-                self.store,
-                task_queue=self.task_queue,
-                fingerprint=self.fingerprint,
-                tools=self.tools,
-                catalog=self._catalog,
-                now=datetime.now(UTC),
-            )
+            # Bounded: a worker starts (and its turns run) while the database hangs.
+            async with asyncio.timeout(PUBLISH_DEADLINE_S):
+                await publish_registry(
+                    self.store,
+                    task_queue=self.task_queue,
+                    fingerprint=self.fingerprint,
+                    tools=self.tools,
+                    catalog=self._catalog,
+                    now=datetime.now(UTC),
+                )
         except Exception:
             logger.warning(
                 "cannot publish the registry of task queue %r; peers may not route to it",
