@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import StackFactory
 from tooltrail import Host, RunConfig, ToolCall, Tooltrail, tool
 from tooltrail.db.store import AuditStore
+from tooltrail.embedded import start_dev_server
 from tooltrail.settings import Settings
 from tooltrail.worker import build_worker
 
@@ -24,17 +24,21 @@ TURNS = 500  # three waits per turn: each is a long poll of its own, as 1,500 tu
 
 @pytest.mark.timeout(600)
 async def test_fifteen_hundred_concurrent_result_waits_all_return(
-    temporal_env: WorkflowEnvironment, sqlite_url: str, caplog: pytest.LogCaptureFixture
+    sqlite_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The dev server keeps Temporal's default of 1,200 concurrent long polls per namespace
     # (frontend.namespaceCount); a wait for a result is one. The turns are started with no
     # worker on their queue, so every wait is in flight at once before any turn can end.
     # Waits, not turns, count against the limit: three per turn keep the test short.
+    # A server of its own: the test fills the namespace's long polls on purpose, which must
+    # neither slow the session's other tests nor depend on the pollers they leave running.
     caplog.set_level(logging.INFO, logger="tooltrail.client")
+    env = await start_dev_server()
     host = Host([])
     store = AuditStore(sqlite_url)
     task_queue = f"waits-{uuid.uuid4()}"
-    tt = Tooltrail(temporal_env.client, host, task_queue=task_queue, store=store)
+    tt = Tooltrail(env.client, host, task_queue=task_queue, store=store)
+    waits: list[asyncio.Task[Any]] = []
     try:
         limit = asyncio.Semaphore(50)
 
@@ -43,7 +47,7 @@ async def test_fifteen_hundred_concurrent_result_waits_all_return(
                 return await tt.start_turn([], session_id=f"waits-{i % 20}")
 
         handles = await asyncio.gather(*(start(i) for i in range(TURNS)))
-        waits = [
+        waits += [
             asyncio.create_task(tt.get_turn(handle.turn_id).result())  # type: ignore[attr-defined]
             for handle in handles * (WAITS // TURNS)
         ]
@@ -52,10 +56,14 @@ async def test_fifteen_hundred_concurrent_result_waits_all_return(
             assert time.monotonic() < deadline, "the server never refused a wait"
             assert not any(w.done() for w in waits), [w.exception() for w in waits if w.done()]
             await asyncio.sleep(0.5)
-        async with build_worker(temporal_env.client, host, task_queue=task_queue, store=store):
+        async with build_worker(env.client, host, task_queue=task_queue, store=store):
             results = await asyncio.wait_for(asyncio.gather(*waits), timeout=400)
     finally:
+        for wait in waits:  # a failed test leaves no poll behind
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
         await store.close()
+        await env.shutdown()
     assert len(results) == WAITS
     assert sorted(r.turn_id for r in results) == sorted(
         h.turn_id  # type: ignore[attr-defined]
