@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
-
 from temporalio import activity
 
 from tooltrail.host import Host
-from tooltrail.registry_check import READ_DEADLINE_S, RegistryDirectory
+from tooltrail.registry_check import RegistryDirectory
 from tooltrail.wire import TOOL_CATALOG, ToolMeta, WorkerCatalog
 
 __all__ = ["CatalogActivities"]
-
-log = logging.getLogger("tooltrail.catalog")
 
 
 class CatalogActivities:
@@ -39,11 +34,7 @@ class CatalogActivities:
         tools = dict(self.host.tool_meta())
         if self.directory is None:
             return WorkerCatalog(names=names, tools=tools)
-        try:
-            peers = await asyncio.wait_for(self.directory.peer_tools(), 2 * READ_DEADLINE_S)
-        except Exception:
-            log.warning("cannot read the tools of the queue's peers", exc_info=True)
-            peers = {}
+        peers = await self.directory.peer_tools()  # bounded; empty if unknown in time
         if not peers:
             return WorkerCatalog(names=names, tools=tools)
         for name, settings in peers.items():

@@ -20,7 +20,6 @@ Two decisions about an answer are made here, so the workflows need not know prov
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -45,7 +44,7 @@ from tooltrail.llm.messages import (
     ModelRequest,
     ModelResponse,
 )
-from tooltrail.registry_check import READ_DEADLINE_S, PeerOffer, RegistryDirectory
+from tooltrail.registry_check import PeerOffer, RegistryDirectory
 from tooltrail.results import Part
 from tooltrail.telemetry import chat_span
 from tooltrail.text import render_text
@@ -54,9 +53,6 @@ from tooltrail.wire import MODEL_TURN, ModelTurnOutcome, ModelTurnRequest, Sessi
 __all__ = ["ConversationActivities"]
 
 log = logging.getLogger("tooltrail.model")
-
-PEER_OFFER_DEADLINE_S = 2 * READ_DEADLINE_S
-"""How long a model turn waits for the peers' tools before it offers its worker's own only."""
 
 
 class ConversationActivities:
@@ -184,23 +180,10 @@ class ConversationActivities:
         )
 
     async def _peer_offer(self) -> PeerOffer:
-        """What the queue's live peers add to this worker's tools; nothing if unknown in time.
-
-        Bounded (the directory's reads are, and so is the whole): with the database or the
-        server slow or down, the model is offered its worker's own tools and the run goes on.
-        """
+        """What the queue's live peers add to this worker's tools (bounded; see the directory)."""
         if self.directory is None:
             return PeerOffer({}, [])
-        try:
-            return await asyncio.wait_for(self.directory.peer_offer(), PEER_OFFER_DEADLINE_S)
-        except Exception:
-            log.warning(
-                "cannot read the tools of the peers of task queue %r; the model is offered "
-                "this worker's own tools",
-                self.directory.task_queue,
-                exc_info=True,
-            )
-            return PeerOffer({}, [])
+        return await self.directory.peer_offer()
 
     def _catalog(self, inp: ModelTurnRequest, peers: PeerOffer) -> list[dict[str, Any]]:
         if self.catalog is None:

@@ -25,7 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.conftest import StackFactory
 from tests.test_tool_routes import CALC_FP, LOOK_FP, _two_workers, calculate, lookup
 from tooltrail import Host
-from tooltrail.activities.conversation import PEER_OFFER_DEADLINE_S, ConversationActivities
+from tooltrail.activities.conversation import ConversationActivities
 from tooltrail.activities.planning import TurnPlanner
 from tooltrail.activities.tool_execution import Recorder
 from tooltrail.db.registry import publish_registry, read_registries
@@ -33,6 +33,7 @@ from tooltrail.db.store import AuditStore
 from tooltrail.llm.messages import ModelRequest, ModelResponse
 from tooltrail.llm.scripted import text_response, tool_call_response
 from tooltrail.registry_check import (
+    PEER_OFFER_DEADLINE_S,
     PUBLISH_DEADLINE_S,
     READ_DEADLINE_S,
     PeerOffer,

@@ -79,6 +79,9 @@ PUBLISH_INTERVAL_S = 30.0
 
 READ_DEADLINE_S = 2.0
 """How long a read of the directory may take before it counts as empty."""
+PEER_OFFER_DEADLINE_S = 2 * READ_DEADLINE_S
+"""How long ``RegistryDirectory.peer_offer`` may take in all (the directory's read, then the
+peers' tools queues) before it counts as empty: the turn goes on with this worker's tools."""
 
 
 class PeerOffer(NamedTuple):
@@ -251,10 +254,10 @@ class RegistryDirectory:
             )
 
     async def keep_published(self, interval_s: float = PUBLISH_INTERVAL_S) -> None:
-        """Publish now and then every ``interval_s`` until cancelled."""
+        """Refresh the row every ``interval_s`` until cancelled (``publish`` comes first)."""
         while True:
-            await self.publish()
             await asyncio.sleep(interval_s)
+            await self.publish()
 
     async def peers(self) -> dict[str, dict[str, Any]]:
         """The other registries of the queue published recently: tools by fingerprint."""
@@ -329,8 +332,22 @@ class RegistryDirectory:
         This worker's own tools win a name clash; between peers, the registry with the
         lowest fingerprint does (the same choice on every worker). A tool a peer published
         without a catalog entry is still offered to plans (its calls are sent to the peer),
-        but to no model.
+        but to no model. Bounded in all (``PEER_OFFER_DEADLINE_S``) and never failing: with
+        the database or the server slow or down, nothing is added (and that is logged), so
+        a turn's plan, a model call and the catalog go on with this worker's own tools.
         """
+        try:
+            return await asyncio.wait_for(self._peer_offer(), PEER_OFFER_DEADLINE_S)
+        except Exception:
+            logger.warning(
+                "cannot read the tools of the peers of task queue %r in time; this worker's "
+                "own tools only",
+                self.task_queue,
+                exc_info=True,
+            )
+            return PeerOffer({}, [])
+
+    async def _peer_offer(self) -> PeerOffer:
         tools: dict[str, dict[str, Any]] = {}
         entries: dict[str, dict[str, Any]] = {}
         for fingerprint, registry in sorted((await self._read()).items()):
