@@ -89,6 +89,22 @@ async def _postgres_reachable() -> str | None:
     return None
 
 
+@contextlib.asynccontextmanager
+async def scratch_postgres_database(prefix: str) -> AsyncIterator[str]:
+    """A new, empty database ``<prefix>_<random>`` on the test server; dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(POSTGRES_URL)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    base, _, _ = POSTGRES_URL.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        admin = await asyncpg.connect(POSTGRES_URL)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
 @pytest.fixture(scope="session")
 async def postgres_server_url() -> AsyncIterator[str]:
     """A fresh, empty PostgreSQL database for this test session (dropped at the end)."""
@@ -98,15 +114,8 @@ async def postgres_server_url() -> AsyncIterator[str]:
             f"PostgreSQL TESTS SKIPPED: no server at TOOLTRAIL_TEST_POSTGRES_URL={POSTGRES_URL!r} "
             f"({problem})"
         )
-    name = f"tooltrail_test_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(POSTGRES_URL)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    base, _, _ = POSTGRES_URL.rpartition("/")
-    yield f"{base}/{name}"
-    admin = await asyncpg.connect(POSTGRES_URL)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.close()
+    async with scratch_postgres_database("tooltrail_test") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

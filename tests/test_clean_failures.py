@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
@@ -25,7 +24,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from tests.conftest import POSTGRES_URL
+from tests.conftest import scratch_postgres_database
 from tooltrail import Host, tool
 from tooltrail.activities import AuditActivities
 from tooltrail.activities.tool_execution import Recorder
@@ -72,15 +71,10 @@ async def refusing_sqlite(tmp_path: Path) -> str:
 
 @pytest.fixture
 async def refusing_postgres(postgres_server_url: str) -> AsyncIterator[str]:
-    # A database of the test's own: the trigger must not reach the session's database.
-    name = f"tooltrail_refuse_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(POSTGRES_URL)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    yield await refuse_inserts(f"{postgres_server_url.rpartition('/')[0]}/{name}")
-    admin = await asyncpg.connect(POSTGRES_URL)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.close()
+    # A database of the test's own: the trigger must not reach the session's database
+    # (``postgres_server_url`` skips the test when no server answers).
+    async with scratch_postgres_database("tooltrail_refuse") as url:
+        yield await refuse_inserts(url)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

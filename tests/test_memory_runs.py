@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 from sqlalchemy import select, text
 
-from tests.conftest import POSTGRES_URL, StackFactory
+from tests.conftest import POSTGRES_URL, StackFactory, scratch_postgres_database
 from tests.test_trail_runs import _reset_to_first_workflow_task, _version, versioned
 from tooltrail import Host, ToolCall
 from tooltrail.db.migrate import upgrade
@@ -175,18 +175,13 @@ async def test_the_migration_keeps_old_notes_and_names_their_run_sqlite(tmp_path
 @pytest.fixture
 async def fresh_postgres() -> AsyncIterator[str]:
     """An empty PostgreSQL database of this test's own (dropped after it)."""
-    name = f"tooltrail_mem_{uuid.uuid4().hex[:12]}"
     try:
         admin = await asyncpg.connect(POSTGRES_URL, timeout=5)
     except (OSError, asyncpg.PostgresError) as exc:
         pytest.skip(f"PostgreSQL TESTS SKIPPED: {exc}")
-    await admin.execute(f'CREATE DATABASE "{name}"')
     await admin.close()
-    base, _, _ = POSTGRES_URL.rpartition("/")
-    yield f"{base}/{name}"
-    admin = await asyncpg.connect(POSTGRES_URL)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.close()
+    async with scratch_postgres_database("tooltrail_mem") as url:
+        yield url
 
 
 @pytest.mark.postgres
