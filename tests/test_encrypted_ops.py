@@ -24,7 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.support import crash_tools
 from tests.support.cli_runner import run_cli
 from tests.test_codec import base64_forms, leaks
-from tooltrail import LoopDetected, LoopDetection, RunConfig, ToolCall, Tooltrail
+from tooltrail import Host, LoopDetected, LoopDetection, RunConfig, ToolCall, Tooltrail
 from tooltrail.codec import ENCODING, codec_from_settings, data_converter, generate_key
 from tooltrail.db.store import AuditStore
 from tooltrail.scratch import ScratchDirs
@@ -37,15 +37,19 @@ SECRET = f"token-{uuid.uuid4().hex}"
 
 @contextlib.asynccontextmanager
 async def running(
-    env: WorkflowEnvironment, converter: DataConverter, url: str, tmp_path: Path
+    env: WorkflowEnvironment,
+    converter: DataConverter,
+    url: str,
+    tmp_path: Path,
+    host: Host = crash_tools.host,
 ) -> AsyncIterator[Tooltrail]:
-    """A worker of the crash tools' host on a fresh queue, and a client, both on ``converter``."""
+    """A worker of ``host`` (the crash tools') on a fresh queue, and a client, both on
+    ``converter``."""
     client = await Client.connect(
         env.client.service_client.config.target_host,
         namespace=env.client.namespace,
         data_converter=converter,
     )
-    host = crash_tools.host
     store = AuditStore(url)
     task_queue = f"tq-encrypted-{uuid.uuid4()}"
     try:

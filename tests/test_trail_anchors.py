@@ -8,10 +8,8 @@ and without the payload codec.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +20,16 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import StackFactory
 from tests.support.cli_runner import run_cli
-from tests.test_encrypted_ops import KEYS
+from tests.test_encrypted_ops import KEYS, running
 from tests.test_reconcile import HOST, echo, running_turn, until_status
 from tooltrail import Host, LoopDetected, RunConfig, ToolCall, Tooltrail
 from tooltrail.db.orm import AuditEventRow
-from tooltrail.db.store import AuditStore
 from tooltrail.detection import LoopDetection
 from tooltrail.llm.scripted import ScriptedModel, tool_call_response
-from tooltrail.scratch import ScratchDirs
 from tooltrail.settings import Settings
 from tooltrail.verify import _trail_head, verify_turn
 from tooltrail.wire import TRAIL_HEAD_MEMO
-from tooltrail.worker import build_worker, settings_data_converter
+from tooltrail.worker import settings_data_converter
 
 HISTORIES = Path(__file__).parent / "histories"
 CUT = "the chain's last record is not its head: records were cut off or added at its end"
@@ -132,29 +128,11 @@ async def test_agent_run_turns_are_anchored_completed_and_failed(
         await assert_anchored_and_cut_caught(tt, last, "memo")
 
 
-@contextlib.asynccontextmanager
-async def encrypted(env: WorkflowEnvironment, url: str, tmp_path: Path) -> AsyncIterator[Tooltrail]:
-    """A worker and a client on the shared server, both with the payload codec on."""
-    client = await Client.connect(
-        env.client.service_client.config.target_host,
-        namespace=env.client.namespace,
-        data_converter=settings_data_converter(Settings(codec_keys=KEYS)),
-    )
-    store = AuditStore(url)
-    task_queue = f"tq-anchor-{uuid.uuid4()}"
-    try:
-        async with build_worker(
-            client, HOST, task_queue=task_queue, store=store, scratch=ScratchDirs(tmp_path)
-        ):
-            yield Tooltrail(client, HOST, task_queue=task_queue, store=store)
-    finally:
-        await store.close()
-
-
 async def test_anchors_with_the_payload_codec_on(
     temporal_env: WorkflowEnvironment, db_url: str, tmp_path: Path
 ) -> None:
-    async with encrypted(temporal_env, db_url, tmp_path) as tt:
+    converter = settings_data_converter(Settings(codec_keys=KEYS))
+    async with running(temporal_env, converter, db_url, tmp_path, host=HOST) as tt:
         failed = await failed_turn(tt)
         cancelled = await running_turn(tt)
         await tt.get_turn(cancelled).workflow_handle.cancel()
