@@ -1,7 +1,7 @@
 # tooltrail worker image: `tooltrail worker` by default, `tooltrail db upgrade` for migrations.
 #
 #   docker build -t tooltrail .
-#   docker run --rm -e TOOLTRAIL_TOOLS=tooltrail.demo:host -e TOOLTRAIL_DATABASE_URL=... tooltrail
+#   docker run --rm -e TOOLTRAIL_TOOLS=tooltrail.cli.demo:host -e TOOLTRAIL_DATABASE_URL=... tooltrail
 #
 # Two stages: the builder installs the project (`pip install .`) into a virtualenv, the runtime
 # stage copies only that virtualenv, so the source tree and build tools stay out of the image.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from tooltrail.dispatcher import ToolDispatcher
+from tooltrail.core.wire import ACCESS_AUTHORIZE, AuthorizeInput, AuthorizeOutcome
+from tooltrail.pipeline.dispatcher import ToolDispatcher
 from tooltrail.tools import UnknownToolError
-from tooltrail.wire import ACCESS_AUTHORIZE, AuthorizeInput, AuthorizeOutcome
 
 __all__ = ["AuthorizeActivities"]
 

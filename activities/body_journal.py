@@ -6,7 +6,7 @@ spec §0 rule 1), so it must not pass the breaker gate again (a half-open probe'
 be refused by its own probe), must not count the outcome twice in the tool's health, and,
 above all, must not run a body that already returned.
 
-The journal lives in the attempt's heartbeat details (``tooltrail.heartbeats``), which
+The journal lives in the attempt's heartbeat details (``tooltrail.pipeline.heartbeats``), which
 Temporal hands to the next attempt, and holds:
 
 - ``gate``: the breaker let this attempt through (sent at once when it granted a half-open
@@ -35,9 +35,9 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 from temporalio import activity
 
+from tooltrail.core.wire import Ran
 from tooltrail.db.reachability import unreachable
-from tooltrail.heartbeats import AttemptDetails, beat
-from tooltrail.wire import Ran
+from tooltrail.pipeline.heartbeats import AttemptDetails, beat
 
 __all__ = [
     "JOURNAL_LIMIT_BYTES",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from tooltrail.host import Host
-from tooltrail.registry_check import RegistryDirectory
-from tooltrail.wire import TOOL_CATALOG, ToolMeta, WorkerCatalog
+from tooltrail.core.wire import TOOL_CATALOG, ToolMeta, WorkerCatalog
+from tooltrail.pipeline.directory import RegistryDirectory
+from tooltrail.pipeline.host import Host
 
 __all__ = ["CatalogActivities"]
 

@@ -30,7 +30,23 @@ from temporalio.exceptions import ApplicationError
 
 from tooltrail.activities.body_journal import until_written
 from tooltrail.activities.planning import TurnPlanner
-from tooltrail.activities.tool_execution import Recorder, heartbeating
+from tooltrail.activities.recorder import Recorder
+from tooltrail.activities.tool_execution import heartbeating
+from tooltrail.core.messages import (
+    TRUNCATED_STOP_REASONS,
+    ModelClient,
+    ModelRequest,
+    ModelResponse,
+)
+from tooltrail.core.results import Part
+from tooltrail.core.text import render_text
+from tooltrail.core.wire import (
+    MODEL_TURN,
+    ModelTurnOutcome,
+    ModelTurnRequest,
+    SessionState,
+    TurnPlan,
+)
 from tooltrail.db.store import (
     append_messages,
     load_conversation,
@@ -38,17 +54,8 @@ from tooltrail.db.store import (
     store_answer,
 )
 from tooltrail.llm.errors import MODEL_OUTPUT_TRUNCATED, to_application_error
-from tooltrail.llm.messages import (
-    TRUNCATED_STOP_REASONS,
-    ModelClient,
-    ModelRequest,
-    ModelResponse,
-)
-from tooltrail.registry_check import PeerOffer, RegistryDirectory
-from tooltrail.results import Part
+from tooltrail.pipeline.directory import PeerOffer, RegistryDirectory
 from tooltrail.telemetry import chat_span
-from tooltrail.text import render_text
-from tooltrail.wire import MODEL_TURN, ModelTurnOutcome, ModelTurnRequest, SessionState, TurnPlan
 
 __all__ = ["ConversationActivities"]
 
@@ -77,7 +84,7 @@ class ConversationActivities:
                 worker's registry is frozen by then (``build_worker``), and a schema costs a
                 millisecond to generate.
             directory: the registries of the worker's task queue: the model is offered the
-                tools of the queue's live peers too (``tooltrail.registry_check``), and the
+                tools of the queue's live peers too (``tooltrail.pipeline.directory``), and the
                 plan advertises them, so whichever worker runs a model call the model sees
                 the same tools, and its calls of a peer's tool are sent to the peer.
         """

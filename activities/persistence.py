@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from tooltrail.activities.tool_execution import Recorder
-from tooltrail.scratch import ScratchDirs
-from tooltrail.wire import AUDIT_RECORD, SESSION_CLEANUP, CloseSessionInput, RecordTurn
+from tooltrail.activities.recorder import Recorder
+from tooltrail.core.wire import AUDIT_RECORD, SESSION_CLEANUP, CloseSessionInput, RecordTurn
+from tooltrail.tools.scratch import ScratchDirs
 
 __all__ = ["AuditActivities", "SessionActivities"]
 

@@ -17,12 +17,8 @@ from typing import Any
 
 from temporalio import activity
 
-from tooltrail.db.reachability import unreachable
-from tooltrail.db.store import AuditStore
-from tooltrail.host import Host
-from tooltrail.registry_check import RegistryDirectory
-from tooltrail.results import ToolCall
-from tooltrail.wire import (
+from tooltrail.core.results import ToolCall
+from tooltrail.core.wire import (
     TURN_PREPARE,
     HostFeatures,
     PrepareTurn,
@@ -30,6 +26,10 @@ from tooltrail.wire import (
     ToolMeta,
     TurnPlan,
 )
+from tooltrail.db.reachability import unreachable
+from tooltrail.db.store import AuditStore
+from tooltrail.pipeline.directory import RegistryDirectory
+from tooltrail.pipeline.host import Host
 
 __all__ = ["SESSION_READ_DEADLINE_S", "TurnPlanner"]
 

@@ -11,9 +11,9 @@ import logging
 
 from temporalio import activity
 
-from tooltrail.recovery import ReflectionContext, Reflector
+from tooltrail.core.recovery import ReflectionContext, Reflector
+from tooltrail.core.wire import RECOVERY_REFLECT, ReflectInput, ReflectOutcome
 from tooltrail.tools import ToolRegistry
-from tooltrail.wire import RECOVERY_REFLECT, ReflectInput, ReflectOutcome
 
 __all__ = ["RecoveryActivities"]
 

@@ -14,7 +14,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, assert_never
@@ -24,50 +23,56 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from tooltrail.activities.body_journal import AttemptJournal, read_journal, until_written
-from tooltrail.breaker import CircuitBreaker
-from tooltrail.db.health import HealthStore
-from tooltrail.db.store import AuditStore
-from tooltrail.dispatcher import NullAuditLog, ToolDispatcher
-from tooltrail.envelopes import seal_outcome
-from tooltrail.heartbeats import BODY_STARTED, attempt_details, current_details
-from tooltrail.hooks import PostToolUseContext, PreToolUseContext, run_post_hooks, run_pre_hooks
-from tooltrail.logs import call_context
-from tooltrail.memoize import MemoEntry, MemoizingMiddleware, with_cached_marker
-from tooltrail.middleware import (
-    Middleware,
-    MiddlewareCall,
-    MiddlewareResult,
-    Next,
-    RedactingMiddleware,
-    ToolCallMiddleware,
-    run_pipeline,
+from tooltrail.activities.recorder import Recorder
+from tooltrail.core.breaker import CircuitBreaker
+from tooltrail.core.envelopes import seal_outcome
+from tooltrail.core.hooks import (
+    PostToolUseContext,
+    PreToolUseContext,
+    run_post_hooks,
+    run_pre_hooks,
 )
-from tooltrail.observers import deliver
-from tooltrail.redaction import redact_flush, redact_value
-from tooltrail.registry_check import TOOL_ON_PEER, RegistryDirectory
-from tooltrail.replays import NOT_RECORDED
-from tooltrail.scratch import ScratchDirs
-from tooltrail.telemetry import record_breaker_state, record_call, record_retry, tool_span
-from tooltrail.text import BREAKER_OPEN, MEMORY_FIELD_LIMIT, not_found, render_text, stable_hash
-from tooltrail.tools import ArgumentsRejected, ToolContext, ToolRegistry
-from tooltrail.wire import (
+from tooltrail.core.memoize import MemoEntry, MemoizingMiddleware, with_cached_marker
+from tooltrail.core.text import (
+    BREAKER_OPEN,
+    MEMORY_FIELD_LIMIT,
+    NOT_RECORDED,
+    not_found,
+    render_text,
+    stable_hash,
+)
+from tooltrail.core.wire import (
     TOOL_EXECUTE,
     AttemptOutcome,
     BreakerRefused,
     ExecuteAttempt,
-    Flush,
     HookRefused,
     HooksPassed,
     MemoSeen,
     Ran,
     ShadowServed,
 )
+from tooltrail.db.health import HealthStore
+from tooltrail.logs import call_context
+from tooltrail.pipeline.directory import TOOL_ON_PEER, RegistryDirectory
+from tooltrail.pipeline.dispatcher import NullAuditLog, ToolDispatcher
+from tooltrail.pipeline.heartbeats import BODY_STARTED, attempt_details, current_details
+from tooltrail.pipeline.middleware import (
+    Middleware,
+    MiddlewareCall,
+    MiddlewareResult,
+    Next,
+    ToolCallMiddleware,
+    run_pipeline,
+)
+from tooltrail.telemetry import record_breaker_state, record_call, record_retry, tool_span
+from tooltrail.tools import ArgumentsRejected, ToolContext, ToolRegistry
+from tooltrail.tools.scratch import ScratchDirs
 
 __all__ = [
     "BODY_STARTED",
     "REFUSED_BEFORE_BODY",
     "MemoServing",
-    "Recorder",
     "ToolActivities",
     "heartbeating",
     "interrupted_text",
@@ -96,8 +101,8 @@ async def heartbeating(*details: object, at_once: bool = True) -> AsyncIterator[
     """Heartbeat in the background while the block runs.
 
     Heartbeats are how Temporal notices a lost worker and delivers cancellation. Without
-    ``details``, each beat sends the running tool attempt's (``tooltrail.heartbeats``), so a
-    journal recorded inside the block rides along. With
+    ``details``, each beat sends the running tool attempt's
+    (``tooltrail.pipeline.heartbeats``), so a journal recorded inside the block rides along. With
     ``at_once`` the first one goes out before the block starts, so a
     retried attempt can tell that the block had begun; without it the first beat waits a
     third of the heartbeat timeout (a heartbeat is a call into the SDK's core: a no-op
@@ -200,127 +205,6 @@ def _started_marks(info: activity.Info) -> list[dict[str, Any]]:
                 if isinstance(m, dict) and isinstance(m.get("temporal_attempt"), int)
             ]
     return []
-
-
-BATCH_DEADLINE_S = 2.0
-"""How long a best-effort batch (``must_persist=False``) may take on the worker before it
-counts as failed: below the workflow's own deadline for the batch, so the worker, not
-Temporal's timeout, decides, and learns that the database hangs."""
-BATCH_PAUSE_S = (5.0, 60.0)
-"""After a best-effort batch failed or timed out, the worker answers further best-effort
-batches "not written" at once for this long: the first pause, doubled after each failure up
-to the second figure. A database that hangs so costs the worker's turns one deadline per
-pause, not one per batch; the records wait for the next batch or the turn's final write."""
-
-
-class Recorder:
-    """Writes the workflow's pending records and hands the events to the host's observers."""
-
-    def __init__(
-        self,
-        store: AuditStore,
-        observers: Sequence[object] = (),
-        redactors: Sequence[RedactingMiddleware] = (),
-        *,
-        batch_deadline_s: float = BATCH_DEADLINE_S,
-        batch_pause_s: tuple[float, float] = BATCH_PAUSE_S,
-    ) -> None:
-        """Wire the audit store, the observers, and the redactors of what gets stored.
-
-        Args:
-            store: the audit database.
-            observers: the host's observers.
-            redactors: the redacting layers whose rules apply to what is stored.
-            batch_deadline_s: see ``BATCH_DEADLINE_S``.
-            batch_pause_s: see ``BATCH_PAUSE_S``.
-        """
-        self.store = store
-        self.observers = list(observers)
-        self.redactors = list(redactors)
-        self.batch_deadline_s = batch_deadline_s
-        self.batch_pause_s = batch_pause_s
-        self._pause_s = 0.0
-        self._paused_until = 0.0
-        """``time.monotonic()`` before which best-effort batches are not tried."""
-
-    @property
-    def batches_paused(self) -> bool:
-        """Whether best-effort batches are answered "not written" without a try, for now."""
-        return time.monotonic() < self._paused_until
-
-    def _batch_failed(self) -> None:
-        first, longest = self.batch_pause_s
-        self._pause_s = min(longest, self._pause_s * 2 if self._pause_s else first)
-        self._paused_until = time.monotonic() + self._pause_s
-
-    def _database_answered(self) -> None:
-        self._pause_s = 0.0
-        self._paused_until = 0.0
-
-    def _redacted(self, flush: Flush) -> Flush:
-        # Secrets the host redacts for the model must not land in the audit database either
-        # (the call's input, the turn's error, the session's state), nor reach the observers.
-        return redact_flush(flush, self.redactors)
-
-    async def put_blob(self, key: str, value: Any, size: int) -> None:
-        """Store a large output or raw value, redacted as the audit trail is."""
-        await self.store.put_blob(key, redact_value(value, self.redactors), size)
-
-    async def write(self, flush: Flush | None, *, must_persist: bool = False) -> bool:
-        """Write (then deliver) the records; return False when the database write failed.
-
-        Args:
-            flush: the records, or ``None``.
-            must_persist: raise instead of returning False (so Temporal retries the write).
-        """
-        return (await self.write_chained(flush, must_persist=must_persist)) is not False
-
-    async def write_chained(self, flush: Flush | None, *, must_persist: bool = False) -> bool | str:
-        """As ``write``, but a write of events returns its run's hash chain head so far."""
-        if flush is None:
-            return True
-        if self.redactors:
-            flush = self._redacted(flush)
-        written: bool | str = True
-        if must_persist:
-            # The turn's final write insists (Temporal retries it until the database answers).
-            written = await self.store.write_flush(flush) or True
-            self._database_answered()
-        elif self.batches_paused:
-            # A recent batch failed or hung: this one would most likely hold its turn for
-            # the whole deadline too. Its records wait in the workflow for a later write.
-            written = False
-            log.debug("audit batch of turn %r not tried: batches paused", flush.turn_id)
-        else:
-            started = time.monotonic()
-            try:
-                head = await asyncio.wait_for(self.store.write_flush(flush), self.batch_deadline_s)
-                written = head or True
-                self._database_answered()
-            except asyncio.CancelledError:
-                if time.monotonic() - started >= self.batch_deadline_s:
-                    # Hung past the deadline, its cancellation too (the activity's timeout).
-                    self._batch_failed()
-                raise
-            except Exception:  # TimeoutError included: a database that hangs
-                written = False
-                self._batch_failed()
-                log.warning(
-                    "audit write failed for turn %r; the workflow will send the records again"
-                    " (best-effort batches paused for %.0f s)",
-                    flush.turn_id,
-                    self._pause_s,
-                    exc_info=True,
-                )
-        if self.observers and flush.events:
-            # At least once: records sent again after a failed write are delivered again.
-            await deliver(
-                self.observers,
-                turn_id=flush.turn_id,
-                session_id=flush.session_id,
-                events=flush.events,
-            )
-        return written
 
 
 class ToolActivities:

@@ -29,9 +29,9 @@ import asyncpg
 from sqlalchemy.engine import make_url
 
 from bench.common import console, report
+from tooltrail.core.wire import AuditEvent, Flush, TurnRecord
 from tooltrail.db.migrate import upgrade
 from tooltrail.db.store import AuditStore
-from tooltrail.wire import AuditEvent, Flush, TurnRecord
 
 ADMIN_URL = os.environ.get(
     "TOOLTRAIL_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"

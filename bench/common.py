@@ -21,7 +21,7 @@ from temporalio.client import Client
 
 import tooltrail
 from tooltrail import Host, Tooltrail
-from tooltrail.embedded import DEV_SERVER_ARGS
+from tooltrail.runtime.embedded import DEV_SERVER_ARGS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # Rich falls back to 80 columns when stdout is not a terminal (make, CI, a pipe): wide tables

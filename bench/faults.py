@@ -53,11 +53,11 @@ from tests.faults.fault_tools import FAULT_DIR_ENV, LEASE_ENV, BodyRun
 from tests.faults.pg import throwaway_postgres
 from tests.faults.workers import WorkerProcess, start_worker
 from tooltrail import RunConfig, ToolCall, Tooltrail
+from tooltrail.core.results import ToolDispatchResult
+from tooltrail.core.wire import AuditEvent
 from tooltrail.db.migrate import upgrade
 from tooltrail.db.store import AuditStore
-from tooltrail.embedded import start_dev_server
-from tooltrail.results import ToolDispatchResult
-from tooltrail.wire import AuditEvent
+from tooltrail.runtime.embedded import start_dev_server
 
 MAX_WORKER_START_FAILURES = 5
 

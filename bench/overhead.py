@@ -27,8 +27,8 @@ from temporalio.worker import Worker
 from bench.common import embedded, median, report, timed
 from bench.floor import FloorWorkflow, noop
 from tooltrail import Host, ToolCall, ToolContext, Tooltrail, tool
-from tooltrail.embedded import DEV_SERVER_ARGS
-from tooltrail.scratch import ScratchDirs
+from tooltrail.runtime.embedded import DEV_SERVER_ARGS
+from tooltrail.tools.scratch import ScratchDirs
 
 REPEAT = 15
 SHAPES = (1, 50)

@@ -42,8 +42,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from bench.common import HistorySize, console, embedded, history_size, median, report
 from tooltrail import Host, RunConfig, Tooltrail, tool
-from tooltrail.llm.messages import ModelRequest as TTModelRequest
-from tooltrail.llm.messages import ModelResponse as TTModelResponse
+from tooltrail.core.messages import ModelRequest as TTModelRequest
+from tooltrail.core.messages import ModelResponse as TTModelResponse
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 
 KS = (1, 10, 50)

@@ -21,9 +21,9 @@ from temporalio.testing import WorkflowEnvironment
 from tooltrail import Host, Tooltrail
 from tooltrail.db.migrate import upgrade
 from tooltrail.db.store import AuditStore
-from tooltrail.embedded import start_dev_server, start_time_skipping_server
-from tooltrail.scratch import ScratchDirs
-from tooltrail.worker import build_worker
+from tooltrail.runtime.embedded import start_dev_server, start_time_skipping_server
+from tooltrail.runtime.worker import build_worker
+from tooltrail.tools.scratch import ScratchDirs
 
 POSTGRES_URL = os.environ.get(
     "TOOLTRAIL_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"

@@ -8,6 +8,11 @@
   passes through Temporal's sandbox.
 - All SQL is in the database layer (``tooltrail.db``): the logic it serves (the breaker's state
   machine, idempotency) loads no SQL at all.
+- The layers are folders (``LAYERS``): a module imports only from its own layer and the layers
+  below it, no import circle joins two modules, and each package's docstring says what it may
+  import.
+- The public function ``tooltrail.worker`` is not shadowed by a submodule of that name, and the
+  module paths that moved keep working for one release (with a warning).
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from pathlib import Path
 import pytest
 
 import tooltrail
-from tooltrail.worker import PURE_MODULES
+from tooltrail import _moved
+from tooltrail.runtime.worker import PURE_MODULES
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW_MODULES = (
@@ -64,7 +70,7 @@ IMPURE = (
 SQL = ("sqlalchemy", "alembic", "aiosqlite", "asyncpg")
 DATABASE_LAYER = "tooltrail.db"
 # Logic whose state lives in SQL, kept apart from its store: pure of I/O imports, no SQL.
-SQL_FREE_LOGIC = ("tooltrail.breaker", "tooltrail.idempotency")
+SQL_FREE_LOGIC = ("tooltrail.core.breaker", "tooltrail.tools.idempotency")
 
 
 def _python(code: str, *, cwd: Path = ROOT, env: dict[str, str] | None = None) -> str:
@@ -81,7 +87,12 @@ def _python(code: str, *, cwd: Path = ROOT, env: dict[str, str] | None = None) -
 
 
 def all_modules() -> list[str]:
-    return sorted(m.name for m in pkgutil.walk_packages(tooltrail.__path__, "tooltrail."))
+    # ``__main__`` modules run a program when imported (``python -m tooltrail.cli``).
+    return sorted(
+        m.name
+        for m in pkgutil.walk_packages(tooltrail.__path__, "tooltrail.")
+        if not m.name.endswith(".__main__")
+    )
 
 
 def test_the_walk_sees_the_workflow_and_activity_packages() -> None:
@@ -135,7 +146,7 @@ def test_importing_the_package_loads_nothing_else() -> None:
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('tooltrail'))))"
         )
     )
-    assert loaded == ["tooltrail"]
+    assert loaded == ["tooltrail", "tooltrail._moved"]
 
 
 def test_every_public_name_resolves() -> None:
@@ -163,10 +174,10 @@ def test_the_workflow_layer_imports_only_pure_modules() -> None:
     assert impure == []
     assert not [m for m in loaded if m.startswith("opentelemetry.sdk")]
     ours = {m for m in loaded if m.startswith("tooltrail.")}
-    layer = {"tooltrail.workflows", *WORKFLOW_MODULES}
-    # Exactly the pure list: a module the workflows stop importing leaves it too, and a new
-    # import must be judged pure before the sandbox shares it.
-    assert ours - layer == set(PURE_MODULES)
+    layer = {"tooltrail.workflows", *WORKFLOW_MODULES, "tooltrail._moved"}
+    # Only what the sandbox passes through: the pure packages, whole.
+    assert {m for m in ours - layer if not _under(m, PURE_MODULES)} == set()
+    assert {m for m in ours if m in PURE_MODULES} == set(PURE_MODULES)
 
 
 def test_the_workflow_layer_is_every_workflow_module_and_none_is_long() -> None:
@@ -183,16 +194,24 @@ def test_the_workflow_layer_is_every_workflow_module_and_none_is_long() -> None:
     assert {name: n for name, n in lengths.items() if n > MAX_WORKFLOW_MODULE_LINES} == {}
 
 
+def _under(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
 def test_the_pure_modules_load_nothing_impure() -> None:
+    pure = [m for m in all_modules() if _under(m, PURE_MODULES)]
+    assert "tooltrail.core.wire" in pure and "tooltrail.core.messages" in pure
     loaded = json.loads(
         _python(
             "import json, sys\n"
-            + "".join(f"import {m}\n" for m in PURE_MODULES)
+            + "".join(f"import {m}\n" for m in pure)
             + "print(json.dumps(sorted(sys.modules)))"
         )
     )
     assert sorted(m for m in loaded if m.split(".")[0] in IMPURE) == []
-    assert {m for m in loaded if m.startswith("tooltrail.")} == set(PURE_MODULES)
+    assert not [m for m in loaded if m.startswith("opentelemetry.sdk")]
+    ours = {m for m in loaded if m.startswith("tooltrail.")}
+    assert {m for m in ours if not _under(m, PURE_MODULES)} == {"tooltrail._moved"}
 
 
 def _imported_names(tree: ast.Module) -> set[str]:
@@ -290,6 +309,7 @@ APP_TURN = """
 import asyncio, sys
 import workflows, activities
 import tooltrail
+from tooltrail import _moved
 from tooltrail import Host, ToolCall, tool
 
 @tool
@@ -334,3 +354,151 @@ def test_a_turn_runs_in_an_app_with_its_own_workflows_and_activities(
     printed = done.stdout.strip().splitlines()
     assert printed[-1:] == ["HI"], done.stderr
     assert printed[-2] == str(site / "tooltrail" / "__init__.py")
+
+
+# The layers, lowest first. A module may import its own layer and the layers below it; the
+# workflow layer is stricter (only what the sandbox passes through). The root package's
+# ``__init__`` is the facade over all of them (its imports are lazy) and is not in a layer.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("tooltrail.errors", "tooltrail._moved"),
+    ("tooltrail.core",),
+    ("tooltrail.settings", "tooltrail.logs", "tooltrail.telemetry"),
+    ("tooltrail.tools",),
+    ("tooltrail.llm",),
+    ("tooltrail.db",),
+    ("tooltrail.pipeline",),
+    ("tooltrail.workflows",),
+    ("tooltrail.activities",),
+    ("tooltrail.runtime",),
+    ("tooltrail.ops",),
+    ("tooltrail.client",),
+    ("tooltrail.cli",),
+)
+PACKAGES = tuple(
+    p for layer in LAYERS for p in layer if (ROOT / "tooltrail" / p.split(".")[1]).is_dir()
+)
+
+
+def _layer_of(module: str) -> int:
+    for index, layer in enumerate(LAYERS):
+        if _under(module, layer):
+            return index
+    raise AssertionError(f"{module} is in no layer: add its folder to LAYERS")
+
+
+def _our_imports(path: Path) -> set[str]:
+    """The tooltrail modules a file imports (every import, also deferred or TYPE_CHECKING)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("tooltrail."))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.startswith("tooltrail."):
+                found.add(node.module)
+            elif node.module == "tooltrail":
+                found.update(f"tooltrail.{a.name}" for a in node.names)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    sources = _module_sources()
+    modules = set(sources)
+    graph: dict[str, set[str]] = {}
+    for name, path in sources.items():
+        if name == "tooltrail":
+            continue
+        edges = set()
+        for target in _our_imports(path):
+            # `from tooltrail.tools import guards` names a submodule; otherwise the module.
+            while target not in modules and "." in target:
+                target = target.rsplit(".", 1)[0]
+            # A package's own parent packages are imported on the way in, not used.
+            if target != "tooltrail" and not name.startswith(target + "."):
+                edges.add(target)
+        graph[name] = edges - {name}
+    return graph
+
+
+def test_every_module_is_in_a_layer_folder_and_imports_no_layer_above() -> None:
+    graph = _graph()
+    assert "tooltrail.pipeline.dispatcher" in graph and "tooltrail.cli.agent_runs" in graph
+    upward = {
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        for target in targets
+        if _layer_of(target) > _layer_of(name)
+    }
+    assert sorted(upward) == []
+
+
+def test_the_workflow_layer_imports_only_the_pure_packages() -> None:
+    graph = _graph()
+    offenders = {
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        if _under(name, ("tooltrail.workflows",))
+        for target in targets
+        if not _under(target, (*PURE_MODULES, "tooltrail.workflows"))
+    }
+    assert sorted(offenders) == []
+
+
+def test_no_import_circle() -> None:
+    graph = _graph()
+    circles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 on the path, 2 done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                circles.append([*path[path.index(target) :], target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert circles == []
+
+
+def test_each_layer_package_says_what_it_owns_and_may_import() -> None:
+    assert {"tooltrail.core", "tooltrail.cli", "tooltrail.runtime"} <= set(PACKAGES)
+    for package in PACKAGES:
+        init = ROOT / "tooltrail" / package.split(".")[1] / "__init__.py"
+        docstring = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert len(docstring.splitlines()) >= 3, package
+        assert "May import" in docstring, package
+
+
+def test_no_submodule_shadows_a_public_name() -> None:
+    submodules = {m.name for m in pkgutil.iter_modules(tooltrail.__path__)}
+    assert "worker" not in submodules
+    assert sorted(set(tooltrail.__all__) & submodules) == []
+
+
+def test_the_worker_function_works_after_the_worker_module_loaded() -> None:
+    # Before the move, importing the module ``tooltrail.worker`` (as ``local`` and
+    # ``build_worker`` do) replaced the package's function of that name with the module.
+    out = _python(
+        "import tooltrail, tooltrail.runtime.worker\n"
+        "from tooltrail.runtime import worker as module\n"
+        "tooltrail.build_worker\n"
+        "print(callable(tooltrail.worker), tooltrail.worker is module.worker)"
+    )
+    assert out.split() == ["True", "True"]
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(_moved.MOVED.items()))
+def test_a_moved_module_path_still_imports_with_a_warning(old: str, new: str) -> None:
+    out = _python(
+        "import importlib, warnings\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        f"    old = importlib.import_module({old!r})\n"
+        f"new = importlib.import_module({new!r})\n"
+        "print(old is new, [str(w.message) for w in caught if w.category is DeprecationWarning])"
+    )
+    assert out.startswith("True ["), out
+    assert f"{old} moved to {new}" in out

@@ -12,7 +12,7 @@ from pydantic import SecretStr, ValidationError
 from temporalio.service import TLSConfig
 from typer.testing import CliRunner, Result
 
-from tooltrail.cli_config import config_app
+from tooltrail.cli.config import config_app
 from tooltrail.errors import ConfigurationError
 from tooltrail.settings import MASK, UNSET, Settings, mask_url
 

@@ -7,6 +7,11 @@ functions, each alphabetical).
 
 from __future__ import annotations
 
+import inspect
+import json
+import subprocess
+import sys
+
 import tooltrail
 
 PUBLIC = [
@@ -204,3 +209,62 @@ def test_every_contract_name_is_public() -> None:
 def test_every_lazily_loaded_name_is_public() -> None:
     # A name the front door can load but does not list would be public by accident.
     assert set(tooltrail._MODULE_OF) == set(tooltrail.__all__)
+
+
+# How each public function is called with the least it takes: in a fresh interpreter, after
+# the modules ``local``, ``connect`` and ``build_worker`` load have loaded (they once replaced
+# ``tooltrail.worker`` the function with ``tooltrail.worker`` the module).
+CALLS = """
+import contextlib, inspect, json
+import pydantic
+import tooltrail
+import tooltrail.client, tooltrail.runtime.worker
+
+def echo(text: str) -> str:
+    '''Echo.'''
+    return text
+
+class Echo(pydantic.BaseModel):
+    text: str
+
+made = {}
+host = tooltrail.Host()
+made["worker"] = tooltrail.worker(host)
+made["local"] = tooltrail.local(host)
+made["connect"] = tooltrail.connect()
+made["tool"] = tooltrail.tool(echo)
+made["tool_defaults"] = tooltrail.tool_defaults()
+made["derive_key"] = tooltrail.derive_key(
+    "echo", Echo(text="hi"), policy=tooltrail.Idempotency(), principal_id="p"
+)
+made["build_worker"] = inspect.signature(tooltrail.build_worker).bind(
+    None, host, task_queue="q", store=None
+)
+for name in ("worker", "local", "connect"):
+    assert isinstance(made[name], contextlib.AbstractAsyncContextManager), name
+classes = {}
+for name in tooltrail.__all__:
+    value = getattr(tooltrail, name)
+    if isinstance(value, type):
+        try:
+            value()
+            classes[name] = "instantiated"
+        except (TypeError, pydantic.ValidationError):
+            inspect.signature(value)
+            classes[name] = "needs arguments"
+print(json.dumps({"made": {k: type(v).__name__ for k, v in made.items()}, "classes": classes}))
+"""
+
+
+def test_every_public_function_can_be_called_after_the_worker_module_loaded() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CALLS], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    functions = {name for name in tooltrail.__all__ if inspect.isfunction(getattr(tooltrail, name))}
+    assert set(out["made"]) == functions
+    assert out["made"]["tool"] == "Tool"
+    assert out["made"]["derive_key"] == "str"
+    assert "Host" in out["classes"] and "RunConfig" in out["classes"]
+    assert out["classes"]["RunConfig"] == "instantiated"

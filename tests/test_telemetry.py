@@ -36,6 +36,7 @@ from tooltrail import (
     tool,
 )
 from tooltrail.client import Tooltrail
+from tooltrail.core.wire import TOOL_EXECUTE
 from tooltrail.db.store import AuditStore
 from tooltrail.errors import ToolError
 from tooltrail.llm import ScriptedModel, Usage, text_response, tool_call_response
@@ -46,7 +47,7 @@ from tooltrail.logs import (
     configure_logging,
     current_call,
 )
-from tooltrail.scratch import ScratchDirs
+from tooltrail.runtime.worker import build_worker, connect_client
 from tooltrail.settings import Settings
 from tooltrail.telemetry import (
     ToolMetrics,
@@ -59,8 +60,7 @@ from tooltrail.telemetry import (
     use_meter_provider,
     use_tracer_provider,
 )
-from tooltrail.wire import TOOL_EXECUTE
-from tooltrail.worker import build_worker, connect_client
+from tooltrail.tools.scratch import ScratchDirs
 
 # -- traces: turn → attempt ----------------------------------------------------------------------
 

@@ -12,37 +12,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from tooltrail import _moved
+
+_moved.install()  # the module paths that moved keep working for one release
+
 if TYPE_CHECKING:
-    from tooltrail.access import (
-        AccessConfig,
-        AccessDecision,
-        AccessGate,
-        AccessRequest,
-        AuthorityScope,
-        Principal,
-        ScopeGate,
-        Subject,
-    )
-    from tooltrail.breaker import CircuitBreaker
     from tooltrail.client import Tooltrail, TurnHandle, TurnResult, connect, local
-    from tooltrail.config import LoopDetection, RunConfig
-    from tooltrail.errors import (
-        ApprovalRejected,
-        ConfigurationError,
-        DatabaseSchemaError,
-        DuplicateToolError,
-        LoopDetected,
-        RegistryFrozenError,
-        ToolDefinitionError,
-        ToolError,
-        ToolRecoveryExhausted,
-        TooltrailError,
-        TurnCancelled,
-        TurnError,
-        TurnFailed,
-    )
-    from tooltrail.guards import Guard, GuardrailViolation, InputGuard, ToolDefaults, tool_defaults
-    from tooltrail.hooks import (
+    from tooltrail.core.breaker import CircuitBreaker
+    from tooltrail.core.config import LoopDetection, RunConfig
+    from tooltrail.core.hooks import (
         Allow,
         Ask,
         Block,
@@ -51,26 +29,8 @@ if TYPE_CHECKING:
         PreToolHook,
         PreToolUseContext,
     )
-    from tooltrail.host import Host
-    from tooltrail.idempotency import CachedToolError, Idempotency, derive_key
-    from tooltrail.memoize import MemoizingMiddleware
-    from tooltrail.middleware import (
-        MiddlewareCall,
-        OutputLimitMiddleware,
-        PermissionAllow,
-        PermissionAsk,
-        PermissionDecision,
-        PermissionDeny,
-        PermissionMiddleware,
-        PermissionModify,
-        RedactingMiddleware,
-        SafetyShieldMiddleware,
-        TimeoutMiddleware,
-        UnknownToolMiddleware,
-        VerifyMiddleware,
-    )
-    from tooltrail.observers import ObservedEvent
-    from tooltrail.recovery import (
+    from tooltrail.core.memoize import MemoizingMiddleware
+    from tooltrail.core.recovery import (
         MAX_RECOVERY_ATTEMPTS,
         AlwaysRecoverable,
         Analysis,
@@ -93,7 +53,7 @@ if TYPE_CHECKING:
         Strategy,
         ToolChange,
     )
-    from tooltrail.results import (
+    from tooltrail.core.results import (
         ImagePart,
         Part,
         TextPart,
@@ -101,6 +61,40 @@ if TYPE_CHECKING:
         ToolDispatchResult,
         ToolOutput,
     )
+    from tooltrail.core.wire import AuditEvent, MemoryEntry
+    from tooltrail.errors import (
+        ApprovalRejected,
+        ConfigurationError,
+        DatabaseSchemaError,
+        DuplicateToolError,
+        LoopDetected,
+        RegistryFrozenError,
+        ToolDefinitionError,
+        ToolError,
+        ToolRecoveryExhausted,
+        TooltrailError,
+        TurnCancelled,
+        TurnError,
+        TurnFailed,
+    )
+    from tooltrail.pipeline.host import Host
+    from tooltrail.pipeline.middleware import (
+        MiddlewareCall,
+        OutputLimitMiddleware,
+        PermissionAllow,
+        PermissionAsk,
+        PermissionDecision,
+        PermissionDeny,
+        PermissionMiddleware,
+        PermissionModify,
+        RedactingMiddleware,
+        SafetyShieldMiddleware,
+        TimeoutMiddleware,
+        UnknownToolMiddleware,
+        VerifyMiddleware,
+    )
+    from tooltrail.pipeline.observers import ObservedEvent
+    from tooltrail.runtime.worker import build_worker, worker
     from tooltrail.tools import (
         DynamicTool,
         Snapshot,
@@ -111,27 +105,43 @@ if TYPE_CHECKING:
         UnknownToolError,
         tool,
     )
-    from tooltrail.wire import AuditEvent, MemoryEntry
-    from tooltrail.worker import build_worker, worker
+    from tooltrail.tools.access import (
+        AccessConfig,
+        AccessDecision,
+        AccessGate,
+        AccessRequest,
+        AuthorityScope,
+        Principal,
+        ScopeGate,
+        Subject,
+    )
+    from tooltrail.tools.guards import (
+        Guard,
+        GuardrailViolation,
+        InputGuard,
+        ToolDefaults,
+        tool_defaults,
+    )
+    from tooltrail.tools.idempotency import CachedToolError, Idempotency, derive_key
 
 
 _MODULE_OF: dict[str, str] = {
-    "AccessConfig": "tooltrail.access",
-    "AccessDecision": "tooltrail.access",
-    "AccessGate": "tooltrail.access",
-    "AccessRequest": "tooltrail.access",
-    "AuthorityScope": "tooltrail.access",
-    "Principal": "tooltrail.access",
-    "ScopeGate": "tooltrail.access",
-    "Subject": "tooltrail.access",
-    "CircuitBreaker": "tooltrail.breaker",
+    "AccessConfig": "tooltrail.tools.access",
+    "AccessDecision": "tooltrail.tools.access",
+    "AccessGate": "tooltrail.tools.access",
+    "AccessRequest": "tooltrail.tools.access",
+    "AuthorityScope": "tooltrail.tools.access",
+    "Principal": "tooltrail.tools.access",
+    "ScopeGate": "tooltrail.tools.access",
+    "Subject": "tooltrail.tools.access",
+    "CircuitBreaker": "tooltrail.core.breaker",
     "Tooltrail": "tooltrail.client",
     "TurnHandle": "tooltrail.client",
     "TurnResult": "tooltrail.client",
     "connect": "tooltrail.client",
     "local": "tooltrail.client",
-    "LoopDetection": "tooltrail.config",
-    "RunConfig": "tooltrail.config",
+    "LoopDetection": "tooltrail.core.config",
+    "RunConfig": "tooltrail.core.config",
     "ApprovalRejected": "tooltrail.errors",
     "ConfigurationError": "tooltrail.errors",
     "DatabaseSchemaError": "tooltrail.errors",
@@ -145,64 +155,64 @@ _MODULE_OF: dict[str, str] = {
     "TurnCancelled": "tooltrail.errors",
     "TurnError": "tooltrail.errors",
     "TurnFailed": "tooltrail.errors",
-    "Guard": "tooltrail.guards",
-    "GuardrailViolation": "tooltrail.guards",
-    "InputGuard": "tooltrail.guards",
-    "ToolDefaults": "tooltrail.guards",
-    "tool_defaults": "tooltrail.guards",
-    "Allow": "tooltrail.hooks",
-    "Ask": "tooltrail.hooks",
-    "Block": "tooltrail.hooks",
-    "PostToolHook": "tooltrail.hooks",
-    "PostToolUseContext": "tooltrail.hooks",
-    "PreToolHook": "tooltrail.hooks",
-    "PreToolUseContext": "tooltrail.hooks",
-    "Host": "tooltrail.host",
-    "CachedToolError": "tooltrail.idempotency",
-    "Idempotency": "tooltrail.idempotency",
-    "derive_key": "tooltrail.idempotency",
-    "MemoizingMiddleware": "tooltrail.memoize",
-    "OutputLimitMiddleware": "tooltrail.middleware",
-    "PermissionMiddleware": "tooltrail.middleware",
-    "SafetyShieldMiddleware": "tooltrail.middleware",
-    "MiddlewareCall": "tooltrail.middleware",
-    "PermissionAllow": "tooltrail.middleware",
-    "PermissionAsk": "tooltrail.middleware",
-    "PermissionDecision": "tooltrail.middleware",
-    "PermissionDeny": "tooltrail.middleware",
-    "PermissionModify": "tooltrail.middleware",
-    "RedactingMiddleware": "tooltrail.middleware",
-    "TimeoutMiddleware": "tooltrail.middleware",
-    "UnknownToolMiddleware": "tooltrail.middleware",
-    "VerifyMiddleware": "tooltrail.middleware",
-    "ObservedEvent": "tooltrail.observers",
-    "AlwaysRecoverable": "tooltrail.recovery",
-    "ApproachChange": "tooltrail.recovery",
-    "AskUser": "tooltrail.recovery",
-    "CustomStrategy": "tooltrail.recovery",
-    "Escalate": "tooltrail.recovery",
-    "Fail": "tooltrail.recovery",
-    "PrerequisiteFix": "tooltrail.recovery",
-    "Retry": "tooltrail.recovery",
-    "Skip": "tooltrail.recovery",
-    "Strategy": "tooltrail.recovery",
-    "Analysis": "tooltrail.recovery",
-    "ExponentialBackoff": "tooltrail.recovery",
-    "FixedDelay": "tooltrail.recovery",
-    "InputFix": "tooltrail.recovery",
-    "MAX_RECOVERY_ATTEMPTS": "tooltrail.recovery",
-    "NoRetry": "tooltrail.recovery",
-    "NoopReflector": "tooltrail.recovery",
-    "ReflectionContext": "tooltrail.recovery",
-    "Reflector": "tooltrail.recovery",
-    "RetryForever": "tooltrail.recovery",
-    "ToolChange": "tooltrail.recovery",
-    "ImagePart": "tooltrail.results",
-    "Part": "tooltrail.results",
-    "TextPart": "tooltrail.results",
-    "ToolCall": "tooltrail.results",
-    "ToolDispatchResult": "tooltrail.results",
-    "ToolOutput": "tooltrail.results",
+    "Guard": "tooltrail.tools.guards",
+    "GuardrailViolation": "tooltrail.tools.guards",
+    "InputGuard": "tooltrail.tools.guards",
+    "ToolDefaults": "tooltrail.tools.guards",
+    "tool_defaults": "tooltrail.tools.guards",
+    "Allow": "tooltrail.core.hooks",
+    "Ask": "tooltrail.core.hooks",
+    "Block": "tooltrail.core.hooks",
+    "PostToolHook": "tooltrail.core.hooks",
+    "PostToolUseContext": "tooltrail.core.hooks",
+    "PreToolHook": "tooltrail.core.hooks",
+    "PreToolUseContext": "tooltrail.core.hooks",
+    "Host": "tooltrail.pipeline.host",
+    "CachedToolError": "tooltrail.tools.idempotency",
+    "Idempotency": "tooltrail.tools.idempotency",
+    "derive_key": "tooltrail.tools.idempotency",
+    "MemoizingMiddleware": "tooltrail.core.memoize",
+    "OutputLimitMiddleware": "tooltrail.pipeline.middleware",
+    "PermissionMiddleware": "tooltrail.pipeline.middleware",
+    "SafetyShieldMiddleware": "tooltrail.pipeline.middleware",
+    "MiddlewareCall": "tooltrail.pipeline.middleware",
+    "PermissionAllow": "tooltrail.pipeline.middleware",
+    "PermissionAsk": "tooltrail.pipeline.middleware",
+    "PermissionDecision": "tooltrail.pipeline.middleware",
+    "PermissionDeny": "tooltrail.pipeline.middleware",
+    "PermissionModify": "tooltrail.pipeline.middleware",
+    "RedactingMiddleware": "tooltrail.pipeline.middleware",
+    "TimeoutMiddleware": "tooltrail.pipeline.middleware",
+    "UnknownToolMiddleware": "tooltrail.pipeline.middleware",
+    "VerifyMiddleware": "tooltrail.pipeline.middleware",
+    "ObservedEvent": "tooltrail.pipeline.observers",
+    "AlwaysRecoverable": "tooltrail.core.recovery",
+    "ApproachChange": "tooltrail.core.recovery",
+    "AskUser": "tooltrail.core.recovery",
+    "CustomStrategy": "tooltrail.core.recovery",
+    "Escalate": "tooltrail.core.recovery",
+    "Fail": "tooltrail.core.recovery",
+    "PrerequisiteFix": "tooltrail.core.recovery",
+    "Retry": "tooltrail.core.recovery",
+    "Skip": "tooltrail.core.recovery",
+    "Strategy": "tooltrail.core.recovery",
+    "Analysis": "tooltrail.core.recovery",
+    "ExponentialBackoff": "tooltrail.core.recovery",
+    "FixedDelay": "tooltrail.core.recovery",
+    "InputFix": "tooltrail.core.recovery",
+    "MAX_RECOVERY_ATTEMPTS": "tooltrail.core.recovery",
+    "NoRetry": "tooltrail.core.recovery",
+    "NoopReflector": "tooltrail.core.recovery",
+    "ReflectionContext": "tooltrail.core.recovery",
+    "Reflector": "tooltrail.core.recovery",
+    "RetryForever": "tooltrail.core.recovery",
+    "ToolChange": "tooltrail.core.recovery",
+    "ImagePart": "tooltrail.core.results",
+    "Part": "tooltrail.core.results",
+    "TextPart": "tooltrail.core.results",
+    "ToolCall": "tooltrail.core.results",
+    "ToolDispatchResult": "tooltrail.core.results",
+    "ToolOutput": "tooltrail.core.results",
     "DynamicTool": "tooltrail.tools",
     "Snapshot": "tooltrail.tools",
     "Tool": "tooltrail.tools",
@@ -211,10 +221,10 @@ _MODULE_OF: dict[str, str] = {
     "ToolSpec": "tooltrail.tools",
     "UnknownToolError": "tooltrail.tools",
     "tool": "tooltrail.tools",
-    "AuditEvent": "tooltrail.wire",
-    "MemoryEntry": "tooltrail.wire",
-    "build_worker": "tooltrail.worker",
-    "worker": "tooltrail.worker",
+    "AuditEvent": "tooltrail.core.wire",
+    "MemoryEntry": "tooltrail.core.wire",
+    "build_worker": "tooltrail.runtime.worker",
+    "worker": "tooltrail.runtime.worker",
 }
 """Where each public name lives."""
 

@@ -17,7 +17,9 @@ import base64
 import binascii
 import os
 import re
+import shlex
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,14 +28,22 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tooltrail.errors import ConfigurationError
 
-__all__ = ["CODEC_KEY_BYTES", "MASK", "UNSET", "LogLevel", "Settings", "default_data_dir"]
+__all__ = [
+    "CODEC_KEY_BYTES",
+    "MASK",
+    "UNSET",
+    "LogLevel",
+    "McpServerSpec",
+    "Settings",
+    "default_data_dir",
+]
 
 MASK = "****"
 """How ``Settings.masked()`` shows a secret that is set (and a URL's password)."""
 UNSET = "(unset)"
 """How ``Settings.masked()`` shows a secret that is not set."""
 CODEC_KEY_BYTES = 32
-"""Size of a payload codec key: AES-256-GCM (``tooltrail.codec``)."""
+"""Size of a payload codec key: AES-256-GCM (``tooltrail.runtime.codec``)."""
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 """A standard ``logging`` level name."""
@@ -118,7 +128,7 @@ def parse_codec_keys(text: str) -> dict[str, bytes]:
             )
         if kid in keys:
             raise ValueError(f"codec key id {kid!r} appears twice in TOOLTRAIL_CODEC_KEYS")
-        # Standard or URL-safe base64, as ``tooltrail.codec`` accepts.
+        # Standard or URL-safe base64, as ``tooltrail.runtime.codec`` accepts.
         alphabet = encoded.strip().replace("-", "+").replace("_", "/")
         try:
             key = base64.b64decode(alphabet, validate=True)
@@ -133,6 +143,62 @@ def parse_codec_keys(text: str) -> dict[str, bytes]:
     if not keys:
         raise ValueError("TOOLTRAIL_CODEC_KEYS is set but holds no key")
     return keys
+
+
+_MCP_PREFIX = re.compile(r"[A-Za-z0-9_-]*")
+
+
+@dataclass(frozen=True)
+class McpServerSpec:
+    """One MCP server of a worker: ``PREFIX=COMMAND ARGS`` or ``PREFIX=URL``.
+
+    Its tools are registered as ``PREFIX_name`` (no ``_`` is added when the prefix is empty
+    or already ends with ``_`` or ``-``).
+    """
+
+    prefix: str
+    command: tuple[str, ...] = ()
+    """A stdio server: the program and its arguments."""
+    url: str | None = None
+    """Or a streamable HTTP server."""
+
+    @classmethod
+    def parse(cls, text: str, *, url: bool | None = None) -> McpServerSpec:
+        """Parse ``PREFIX=COMMAND ARGS`` (shell-quoted) or ``PREFIX=URL``.
+
+        Args:
+            text: the specification.
+            url: ``True`` for a URL, ``False`` for a command, ``None`` to tell by the value
+                (``http://`` or ``https://`` is a URL).
+
+        Raises:
+            ConfigurationError: no ``=``, a prefix outside ``[A-Za-z0-9_-]``, or nothing
+                after the ``=``.
+        """
+        prefix, equals, value = text.partition("=")
+        value = value.strip()
+        prefix = prefix.strip()
+        if not equals or not value or not _MCP_PREFIX.fullmatch(prefix):
+            raise ConfigurationError(
+                f"MCP server {text!r} must look like PREFIX=COMMAND ARGS or PREFIX=URL "
+                "(PREFIX: letters, digits, '_' and '-'; it may be empty)"
+            )
+        if url is None:
+            url = value.startswith(("http://", "https://"))
+        if url:
+            return cls(prefix=prefix, url=value)
+        try:
+            command = tuple(shlex.split(value))
+        except ValueError as exc:
+            raise ConfigurationError(f"MCP server {text!r}: {exc}") from None
+        return cls(prefix=prefix, command=command)
+
+    @property
+    def tool_prefix(self) -> str:
+        """What goes before each tool's name."""
+        if not self.prefix or self.prefix.endswith(("_", "-")):
+            return self.prefix
+        return f"{self.prefix}_"
 
 
 class Settings(BaseSettings):
@@ -321,8 +387,6 @@ class Settings(BaseSettings):
     @field_validator("mcp_servers")
     @classmethod
     def _mcp_servers_parse(cls, value: list[str]) -> list[str]:
-        from tooltrail.mcp import McpServerSpec  # MCP's SDK loads only when servers are set
-
         for position, entry in enumerate(value, start=1):
             try:
                 McpServerSpec.parse(entry)
@@ -351,8 +415,8 @@ class Settings(BaseSettings):
         Raises:
             ConfigurationError: a malformed entry, an unreadable file, or a name given twice.
         """
+        from tooltrail.core.signatures import parse_approvers
         from tooltrail.errors import ConfigurationError
-        from tooltrail.signatures import parse_approvers
 
         texts = [("TOOLTRAIL_APPROVERS", self.approvers or "")]
         if self.approvers_file is not None:

@@ -14,8 +14,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
-from tooltrail.llm.messages import Message, Usage
-from tooltrail.wire import (
+from tooltrail.core.messages import Message, Usage
+from tooltrail.core.wire import (
     SESSION_CLEANUP,
     AgentCarry,
     AgentProgress,

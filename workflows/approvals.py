@@ -17,10 +17,10 @@ from typing import Any
 
 from temporalio import workflow
 
-from tooltrail.hooks import HookDecision, expired_ask_text, headless_ask_text
-from tooltrail.results import ToolCall
-from tooltrail.signatures import arguments_digest, check_approval
-from tooltrail.wire import ApprovalInput, PendingApproval
+from tooltrail.core.hooks import HookDecision, expired_ask_text, headless_ask_text
+from tooltrail.core.results import ToolCall
+from tooltrail.core.signatures import arguments_digest, check_approval
+from tooltrail.core.wire import ApprovalInput, PendingApproval
 from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
 

@@ -16,15 +16,14 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tooltrail.detection import LoopCheck, operation_for, primary_value
-from tooltrail.envelopes import open_outcome
-from tooltrail.errors import LoopDetected, ToolRecoveryExhausted
-from tooltrail.hooks import HookDecision
-from tooltrail.memoize import MemoEntry
-from tooltrail.recovery import MAX_RECOVERY_ATTEMPTS
-from tooltrail.results import ToolCall, ToolDispatchResult
-from tooltrail.text import BREAKER_OPEN, canonical_json, render_text, stable_hash, trajectory
-from tooltrail.wire import (
+from tooltrail.core.detection import LoopCheck, operation_for, primary_value
+from tooltrail.core.envelopes import open_outcome
+from tooltrail.core.hooks import HookDecision
+from tooltrail.core.memoize import MemoEntry
+from tooltrail.core.recovery import MAX_RECOVERY_ATTEMPTS
+from tooltrail.core.results import ToolCall, ToolDispatchResult
+from tooltrail.core.text import BREAKER_OPEN, canonical_json, render_text, stable_hash, trajectory
+from tooltrail.core.wire import (
     AttemptOutcome,
     AttemptResult,
     AuditEvent,
@@ -38,6 +37,7 @@ from tooltrail.wire import (
     Ran,
     ShadowServed,
 )
+from tooltrail.errors import LoopDetected, ToolRecoveryExhausted
 from tooltrail.workflows.approvals import Approvals
 from tooltrail.workflows.failures import infra_failed, raise_if_cancelled
 from tooltrail.workflows.memo import memo_hit, memo_in_place, memo_update

@@ -13,7 +13,7 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from tooltrail.wire import ACCESS_AUTHORIZE, AuthorizeInput, AuthorizeOutcome
+from tooltrail.core.wire import ACCESS_AUTHORIZE, AuthorizeInput, AuthorizeOutcome
 
 __all__ = ["AuthorizeToolWorkflow"]
 

@@ -12,7 +12,7 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from tooltrail.wire import TOOL_CATALOG, WorkerCatalog
+from tooltrail.core.wire import TOOL_CATALOG, WorkerCatalog
 
 __all__ = ["ToolCatalogWorkflow"]
 

@@ -12,8 +12,8 @@ import asyncio
 
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from tooltrail.core.wire import InfraFailed
 from tooltrail.errors import LoopDetected, ToolRecoveryExhausted, TurnError
-from tooltrail.wire import InfraFailed
 
 __all__ = [
     "application_error",

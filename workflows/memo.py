@@ -11,9 +11,9 @@ from typing import Any, assert_never
 
 from temporalio import workflow
 
-from tooltrail.memoize import MEMO_CACHE_BYTES, MemoEntry, with_cached_marker
-from tooltrail.results import ToolCall
-from tooltrail.wire import AttemptResult, InfraFailed, MemoHit, MemoSeen, Ran, ShadowServed
+from tooltrail.core.memoize import MEMO_CACHE_BYTES, MemoEntry, with_cached_marker
+from tooltrail.core.results import ToolCall
+from tooltrail.core.wire import AttemptResult, InfraFailed, MemoHit, MemoSeen, Ran, ShadowServed
 from tooltrail.workflows.state import TurnState
 
 __all__ = ["MEMO_IN_PLACE", "memo_hit", "memo_in_place", "memo_update"]

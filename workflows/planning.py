@@ -14,9 +14,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tooltrail.errors import TurnFailed
-from tooltrail.llm.errors import MODEL_RETRY_POLICY
-from tooltrail.wire import (
+from tooltrail.core.messages import MODEL_RETRY_POLICY
+from tooltrail.core.wire import (
     MODEL_TURN,
     TURN_PREPARE,
     ModelPhase,
@@ -25,6 +24,7 @@ from tooltrail.wire import (
     PrepareTurn,
     TurnPlan,
 )
+from tooltrail.errors import TurnFailed
 from tooltrail.workflows.failures import failure_text, raise_if_cancelled_activity
 from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail

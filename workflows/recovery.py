@@ -15,7 +15,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
-from tooltrail.recovery import (
+from tooltrail.core.recovery import (
     MAX_RECOVERY_ATTEMPTS,
     Action,
     Analysis,
@@ -28,9 +28,9 @@ from tooltrail.recovery import (
     Retry,
     ToolChange,
 )
-from tooltrail.results import ToolCall
-from tooltrail.text import argument_problem
-from tooltrail.wire import (
+from tooltrail.core.results import ToolCall
+from tooltrail.core.text import argument_problem
+from tooltrail.core.wire import (
     RECOVERY_REFLECT,
     AttemptResult,
     InfraFailed,

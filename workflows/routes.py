@@ -2,7 +2,7 @@
 
 Workers with different tool sets may share a task queue. An attempt that lands on a worker
 without its tool, while a live peer has it, is refused there before anything runs
-(``tooltrail.registry_check``: an ``ApplicationError`` of type ``TOOL_ON_PEER`` naming the
+(``tooltrail.pipeline.directory``: an ``ApplicationError`` of type ``TOOL_ON_PEER`` naming the
 peer's tools queue). The turn then schedules the same attempt again on that queue, with the
 same timeouts, heartbeats and retry policy (it is not a new attempt: no recovery, no count),
 and sends the tool's later attempts of the turn there directly. One ``tool_routed`` event
@@ -18,7 +18,13 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tooltrail.wire import ATTEMPT_OUTCOME, TOOL_EXECUTE, AttemptOutcome, ExecuteAttempt
+from tooltrail.core.wire import (
+    ATTEMPT_OUTCOME,
+    TOOL_EXECUTE,
+    TOOL_ON_PEER,
+    AttemptOutcome,
+    ExecuteAttempt,
+)
 from tooltrail.workflows.trail import Trail
 
 __all__ = ["TOOL_ON_PEER", "TOOL_ROUTES_PATCH", "ToolRoutes", "routed_to"]
@@ -26,9 +32,6 @@ __all__ = ["TOOL_ON_PEER", "TOOL_ROUTES_PATCH", "ToolRoutes", "routed_to"]
 TOOL_ROUTES_PATCH = "tooltrail-tool-routes"
 """Patch: an attempt refused for a peer is sent to the peer's tools queue (histories before
 it had no such refusal)."""
-
-TOOL_ON_PEER = "ToolOnPeerWorker"
-"""``ApplicationError`` type of an attempt refused for a peer: ``details[0]`` is its queue."""
 
 
 def routed_to(failure: ActivityError | ApplicationError) -> str | None:

@@ -8,7 +8,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
-from tooltrail.wire import SESSION_CLEANUP, CloseSessionInput
+from tooltrail.core.wire import SESSION_CLEANUP, CloseSessionInput
 
 __all__ = ["CloseSessionWorkflow"]
 

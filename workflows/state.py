@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tooltrail.config import RunConfig
-from tooltrail.detection import LoopCheck, LoopDetector
-from tooltrail.memoize import MemoCache
-from tooltrail.wire import (
+from tooltrail.core.config import RunConfig
+from tooltrail.core.detection import LoopCheck, LoopDetector
+from tooltrail.core.memoize import MemoCache
+from tooltrail.core.wire import (
     ApprovalInput,
     AttemptOutcome,
     AuditEvent,

@@ -17,7 +17,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tooltrail.wire import (
+from tooltrail.core.wire import (
     AUDIT_RECORD,
     AuditEvent,
     Flush,

@@ -22,11 +22,10 @@ from typing import Any
 
 from temporalio import workflow
 
-from tooltrail.errors import TurnError
-from tooltrail.llm.messages import Message, ModelResponse, Usage
-from tooltrail.planner import CallVerdict, plan_waves
-from tooltrail.results import ToolCall, ToolDispatchResult
-from tooltrail.text import (
+from tooltrail.core.messages import Message, ModelResponse, Usage
+from tooltrail.core.planner import CallVerdict, plan_waves
+from tooltrail.core.results import ToolCall, ToolDispatchResult
+from tooltrail.core.text import (
     QUOTE_CHARS,
     argument_problem,
     duplicate_call_id,
@@ -36,7 +35,7 @@ from tooltrail.text import (
     quoted,
     too_many_calls,
 )
-from tooltrail.wire import (
+from tooltrail.core.wire import (
     TRAIL_HEAD_MEMO,
     ApprovalInput,
     ConversationAppend,
@@ -47,6 +46,7 @@ from tooltrail.wire import (
     TurnRecord,
     TurnStatus,
 )
+from tooltrail.errors import TurnError
 from tooltrail.workflows.approvals import approval_rejection, take_answer
 from tooltrail.workflows.attempt import CallPipeline
 from tooltrail.workflows.failures import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 from temporalio import workflow
 from temporalio.common import VersioningBehavior
 
-from tooltrail.wire import AgentRunInput, AgentRunOutput
+from tooltrail.core.wire import AgentRunInput, AgentRunOutput
 from tooltrail.workflows.agent import AgentRunWorkflow
 
 __all__ = ["VersionedAgentRunWorkflow"]

@@ -17,7 +17,7 @@ from datetime import timedelta
 async def main(address: str, task_queue: str, database_url: str, lifetime_s: float) -> None:
     from tests.faults.fault_tools import worker_host
     from tooltrail.db.store import AuditStore
-    from tooltrail.worker import build_worker, connect_client
+    from tooltrail.runtime.worker import build_worker, connect_client
 
     client = await connect_client(address)
     store = AuditStore(database_url)

@@ -13,7 +13,7 @@ from temporalio.api.common.v1 import Payloads
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
-from tooltrail.wire import AuditEvent
+from tooltrail.core.wire import AuditEvent
 
 __all__ = [
     "activity_attempts",

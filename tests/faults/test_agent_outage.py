@@ -15,8 +15,8 @@ import pytest
 from tests.conftest import StackFactory
 from tests.faults.pg import ThrowawayPostgres
 from tooltrail import Host, ToolContext, tool
+from tooltrail.core.messages import ModelRequest, ModelResponse
 from tooltrail.db.migrate import upgrade
-from tooltrail.llm.messages import ModelRequest, ModelResponse
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(150)]

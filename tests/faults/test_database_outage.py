@@ -24,8 +24,8 @@ from tests.faults.history import activity_attempts, assert_exactly_once, require
 from tests.faults.pg import ThrowawayPostgres
 from tests.faults.workers import wait_until
 from tooltrail import RunConfig, ToolCall
+from tooltrail.core.wire import AUDIT_RECORD
 from tooltrail.db.migrate import upgrade
-from tooltrail.wire import AUDIT_RECORD
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(120)]
 

@@ -25,8 +25,8 @@ from tests.faults.history import assert_exactly_once
 from tests.faults.workers import WorkerProcess, start_worker, wait_until
 from tooltrail import RunConfig, ToolCall, Tooltrail
 from tooltrail.activities.tool_execution import BODY_STARTED, interrupted_text
+from tooltrail.core.wire import TOOL_EXECUTE
 from tooltrail.db.store import AuditStore
-from tooltrail.wire import TOOL_EXECUTE
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(150)]
 

@@ -23,11 +23,11 @@ from tests.faults.fault_tools import BIG_OUTPUT_CHARS, BREAKER, BREAKER_ENV, FAU
 from tests.faults.pg import ThrowawayPostgres
 from tests.faults.workers import WorkerProcess, start_worker, wait_until
 from tooltrail import RunConfig, ToolCall, Tooltrail
+from tooltrail.core.text import BREAKER_OPEN
+from tooltrail.core.wire import TOOL_EXECUTE
 from tooltrail.db.health import HealthStore
 from tooltrail.db.migrate import upgrade
 from tooltrail.db.store import AuditStore
-from tooltrail.text import BREAKER_OPEN
-from tooltrail.wire import TOOL_EXECUTE
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(150)]
 

@@ -25,10 +25,10 @@ from tests.faults.history import activity_attempts, assert_exactly_once
 from tests.faults.pg import free_port
 from tests.faults.workers import WorkerProcess, start_worker, wait_until
 from tooltrail import RunConfig, ToolCall, Tooltrail, TurnResult
+from tooltrail.core.wire import TOOL_EXECUTE
 from tooltrail.db.store import AuditStore
-from tooltrail.embedded import start_dev_server
-from tooltrail.wire import TOOL_EXECUTE
-from tooltrail.worker import connect_client
+from tooltrail.runtime.embedded import start_dev_server
+from tooltrail.runtime.worker import connect_client
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(150)]
 

@@ -20,8 +20,8 @@ from tests.faults.fault_tools import FAULT_DIR_ENV, BodyRun
 from tests.faults.history import activity_attempts, assert_exactly_once
 from tests.faults.workers import WorkerProcess, start_worker, wait_until
 from tooltrail import RunConfig, ToolCall, Tooltrail
+from tooltrail.core.wire import TOOL_EXECUTE
 from tooltrail.db.store import AuditStore
-from tooltrail.wire import TOOL_EXECUTE
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(150)]
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from tooltrail import AlwaysRecoverable, Host, PostToolUseContext, ToolError, tool
-from tooltrail.llm.messages import ModelRequest, ModelResponse
+from tooltrail.core.messages import ModelRequest, ModelResponse
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 
 

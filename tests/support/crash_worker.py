@@ -13,7 +13,7 @@ from datetime import timedelta
 async def main(address: str, task_queue: str, database_url: str, host_name: str) -> None:
     from tests.support.crash_tools import HOSTS
     from tooltrail.db.store import AuditStore
-    from tooltrail.worker import build_worker, connect_client
+    from tooltrail.runtime.worker import build_worker, connect_client
 
     client = await connect_client(address)
     store = AuditStore(database_url)

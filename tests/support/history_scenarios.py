@@ -42,17 +42,17 @@ from tooltrail import (
     TurnCancelled,
     tool,
 )
-from tooltrail.approver_keys import generate_approver_key, public_key_text
+from tooltrail.core.hooks import Ask, Block, PreToolUseContext
+from tooltrail.core.memoize import MemoizingMiddleware
+from tooltrail.core.results import TextPart
 from tooltrail.db.migrate import upgrade
 from tooltrail.db.store import AuditStore
-from tooltrail.embedded import start_dev_server
-from tooltrail.hooks import Ask, Block, PreToolUseContext
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
-from tooltrail.memoize import MemoizingMiddleware
-from tooltrail.middleware import OutputLimitMiddleware
-from tooltrail.results import TextPart
-from tooltrail.scratch import ScratchDirs
-from tooltrail.worker import build_worker
+from tooltrail.ops.approver_keys import generate_approver_key, public_key_text
+from tooltrail.pipeline.middleware import OutputLimitMiddleware
+from tooltrail.runtime.embedded import start_dev_server
+from tooltrail.runtime.worker import build_worker
+from tooltrail.tools.scratch import ScratchDirs
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 _state: dict[str, int] = {}
@@ -513,7 +513,7 @@ async def tool_routed(tt: Tooltrail) -> str:
     # turn's next call of that tool goes there directly.
     from temporalio.client import Client
 
-    from tooltrail.registry_check import RegistryDirectory
+    from tooltrail.pipeline.directory import RegistryDirectory
 
     peer_client = await Client.connect(
         tt.client.service_client.config.target_host, data_converter=tt.client.data_converter
@@ -562,7 +562,7 @@ async def cleanup_fails(tt: Tooltrail) -> str:
 async def close_session_fails(tt: Tooltrail) -> str:
     # Closing a session whose scratch cleanup fails every try answers False.
     workflow_id = f"close-session-failing-{uuid.uuid4()}"
-    from tooltrail.wire import CloseSessionInput
+    from tooltrail.core.wire import CloseSessionInput
 
     with broken_scratch():
         removed = await tt.client.execute_workflow(
@@ -602,7 +602,7 @@ async def agent_run(tt: Tooltrail) -> str:
 async def tool_catalog(tt: Tooltrail) -> str:
     # A client asks a worker which tools it serves (what Tooltrail.worker_tools runs).
     workflow_id = f"tool-catalog-{uuid.uuid4()}"
-    from tooltrail.wire import WorkerCatalog
+    from tooltrail.core.wire import WorkerCatalog
 
     catalog = await tt.client.execute_workflow(
         "ToolCatalogWorkflow", id=workflow_id, task_queue=tt.task_queue, result_type=WorkerCatalog
@@ -614,7 +614,7 @@ async def tool_catalog(tt: Tooltrail) -> str:
 async def close_session(tt: Tooltrail) -> str:
     await tt.run_turn([ToolCall("c1", "echo", {"text": "x"})], session_id="closing")
     workflow_id = f"close-session-closing-{uuid.uuid4()}"
-    from tooltrail.wire import CloseSessionInput
+    from tooltrail.core.wire import CloseSessionInput
 
     await tt.client.execute_workflow(
         "CloseSessionWorkflow",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from tooltrail import Analysis, ReflectionContext
-from tooltrail.llm.messages import ModelRequest, ModelResponse
+from tooltrail.core.messages import ModelRequest, ModelResponse
 from tooltrail.llm.scripted import text_response
-from tooltrail.scratch import ScratchDirs
+from tooltrail.tools.scratch import ScratchDirs
 
 
 class SlowModel:

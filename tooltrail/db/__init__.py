@@ -2,7 +2,10 @@
 
 The audit trail and memory (``store``), the shared circuit breakers (``health``) and the
 idempotency claims (``idempotency``) each have their module here; the logic they serve
-(``tooltrail.breaker``, ``tooltrail.idempotency``) imports no SQL.
+(``tooltrail.core.breaker``, ``tooltrail.tools.idempotency``) imports no SQL.
+
+May import: ``tooltrail.errors``, ``tooltrail.core``, ``tooltrail.settings`` and the store
+contracts of ``tooltrail.tools`` (idempotency); it is the only package that imports SQL.
 """
 
 from tooltrail.db.engine import create_engine, normalize_url

@@ -77,7 +77,7 @@ def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
     """Create an async engine for a tooltrail database; creates a SQLite file's directory.
 
     Statement errors never list their parameters (tool inputs and outputs): their text can
-    travel into Temporal failures and logs (see ``tooltrail.failures``).
+    travel into Temporal failures and logs (see ``tooltrail.runtime.clean_failures``).
     """
     kwargs.setdefault("hide_parameters", True)
     normalized = normalize_url(url)

@@ -1,6 +1,6 @@
 """The shared circuit breakers (pipeline spec §11): one ``tool_health`` row per tool name.
 
-The rules live in ``tooltrail.breaker`` (pure functions of a ``BreakerState`` and a time);
+The rules live in ``tooltrail.core.breaker`` (pure functions of a ``BreakerState`` and a time);
 this module keeps each tool's state in the database so every worker agrees on it. Each
 operation reads the row together with the database server's clock (workers with skewed
 clocks still agree), applies one pure function, and writes the row back only if it changed.
@@ -35,7 +35,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
 
-from tooltrail.breaker import (
+from tooltrail.core.breaker import (
     BreakerState,
     BreakerStatus,
     CircuitBreaker,

@@ -1,7 +1,7 @@
 """The idempotency store in SQL: claims and outcomes in ``idempotency_record`` (spec §5.4).
 
 The policy, the keys, the store's contract and the resolution loop live in
-``tooltrail.idempotency`` (no SQL); this module implements that contract on the audit
+``tooltrail.tools.idempotency`` (no SQL); this module implements that contract on the audit
 database. Every time comparison uses the database's clock, so workers with skewed clocks still
 agree on who holds a lease and when an outcome expires. No transaction is held while a body
 runs: each operation is one short transaction (``claim`` at most two).
@@ -41,7 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from tooltrail.db.orm import IdempotencyRecordRow
 from tooltrail.db.store import AuditStore, _aware, _insert
-from tooltrail.idempotency import (
+from tooltrail.tools.idempotency import (
     Acquired,
     Busy,
     Claim,

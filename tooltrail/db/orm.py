@@ -131,7 +131,7 @@ class AuditEventRow(Base):
     worker: Mapped[str | None] = mapped_column(String(255))
     """The identity of the worker that ran that attempt, for attempt records."""
     digest: Mapped[str | None] = mapped_column(String(64))
-    """The run's hash chain at this record (``tooltrail.chain``)."""
+    """The run's hash chain at this record (``tooltrail.core.chain``)."""
     payload: Mapped[dict[str, Any]] = mapped_column(JsonType)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
@@ -314,7 +314,9 @@ class RunForkRow(Base):
 
 
 class ToolRegistryRow(Base):
-    """One registry (tool set) of the workers polling a task queue (``tooltrail.registry_check``).
+    """One registry (tool set) of the workers polling a task queue.
+
+    The directory itself is ``tooltrail.pipeline.directory``.
 
     Each worker upserts its row at start and then every 30 s, so the workers of a queue can
     tell which peer has a tool they lack and send its calls there.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-from tooltrail.idempotency import IdempotencyStoreUnavailable
+from tooltrail.tools.idempotency import IdempotencyStoreUnavailable
 
 __all__ = ["unreachable"]
 

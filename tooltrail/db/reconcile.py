@@ -1,6 +1,6 @@
 """The SQL of reconciliation: running turns to check, closing them, the one-worker lease.
 
-Reconciliation (``tooltrail.reconcile``) asks Temporal how the turns that SQL still calls
+Reconciliation (``tooltrail.runtime.reconciler``) asks Temporal how the turns that SQL still calls
 ``running`` really ended; this module reads and writes the rows it needs. A turn is closed
 at most once: only a ``running`` row moves, in the same transaction as its
 ``turn_reconciled`` event, so a turn's own final write and a reconciliation never both win.
@@ -16,11 +16,12 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from tooltrail.core.wire import AuditEvent
+
 # The database's clock, the way idempotency claims read it (one definition of it).
 from tooltrail.db.idempotency import _db_now
 from tooltrail.db.orm import AuditEventRow, MaintenanceLeaseRow, TurnRow
 from tooltrail.db.store import record_events
-from tooltrail.wire import AuditEvent
 
 __all__ = [
     "EPOCH",

@@ -1,7 +1,7 @@
 """The ``tool_registry`` directory: which tool sets the workers of each task queue serve.
 
 One row per (task queue, registry fingerprint), upserted by every worker at start and then
-periodically (``tooltrail.registry_check.RegistryDirectory``). Rows of stopped workers stay;
+periodically (``tooltrail.pipeline.directory.RegistryDirectory``). Rows of stopped workers stay;
 readers go by ``last_seen``.
 """
 

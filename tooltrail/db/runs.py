@@ -15,10 +15,10 @@ from pydantic import BaseModel
 from sqlalchemy import delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from tooltrail.core.messages import Message
+from tooltrail.core.wire import TurnRecord
 from tooltrail.db.orm import AuditEventRow, ConversationMessageRow, RunForkRow, TurnRow
 from tooltrail.db.store import _aware, _insert
-from tooltrail.llm.messages import Message
-from tooltrail.wire import TurnRecord
 
 __all__ = [
     "ConversationRow",

@@ -18,7 +18,10 @@ from sqlalchemy import Select, and_, bindparam, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from tooltrail.chain import GENESIS, chain_digests, verify_chain
+from tooltrail.core.chain import GENESIS, chain_digests, verify_chain
+from tooltrail.core.detection import Operation
+from tooltrail.core.messages import Message, ModelResponse, Usage
+from tooltrail.core.wire import AuditEvent, Flush, MemoryEntry, SessionState, TurnRecord, TurnRun
 from tooltrail.db.encoding import fits
 from tooltrail.db.engine import create_engine, session_factory
 from tooltrail.db.orm import (
@@ -31,9 +34,6 @@ from tooltrail.db.orm import (
     TurnRunRow,
 )
 from tooltrail.db.sqlite_guard import release_sqlite_file
-from tooltrail.detection import Operation
-from tooltrail.llm.messages import Message, ModelResponse, Usage
-from tooltrail.wire import AuditEvent, Flush, MemoryEntry, SessionState, TurnRecord, TurnRun
 
 __all__ = [
     "AuditStore",
@@ -248,7 +248,7 @@ async def record_events(
 ) -> str | None:
     """Insert events of a run; those already stored under (turn, run, seq) are left alone.
 
-    Each record gets its run's hash chain digest (``tooltrail.chain``); a batch that does not
+    Each record gets its run's hash chain digest (``tooltrail.core.chain``); a batch that does not
     start the run reads its predecessor's digest first (one read per batch, not per call).
     Returns the last record's digest (the run's head so far), or ``None``.
     """

@@ -11,6 +11,9 @@ Importing this package loads no SDK and no HTTP client: the messages, errors and
 ``MODEL_RETRY_POLICY`` are pure and workflow code may import them; the provider clients and
 ``build_model_client`` load on first use (an ``ImportError`` naming the extra when their SDK
 is missing).
+
+May import: ``tooltrail.errors``, ``tooltrail.core`` and ``tooltrail.settings``; the providers'
+SDKs load on first use.
 """
 
 from __future__ import annotations
@@ -18,6 +21,19 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from tooltrail.core.messages import (
+    MODEL_COMPLETE,
+    TRUNCATED_STOP_REASONS,
+    Message,
+    ModelClient,
+    ModelRequest,
+    ModelResponse,
+    Role,
+    StopReason,
+    Thinking,
+    ThinkingSetting,
+    Usage,
+)
 from tooltrail.llm.errors import (
     MAX_RETRY_AFTER_S,
     MODEL_OUTPUT_TRUNCATED,
@@ -35,19 +51,6 @@ from tooltrail.llm.errors import (
     classify,
     parse_retry_after,
     to_application_error,
-)
-from tooltrail.llm.messages import (
-    MODEL_COMPLETE,
-    TRUNCATED_STOP_REASONS,
-    Message,
-    ModelClient,
-    ModelRequest,
-    ModelResponse,
-    Role,
-    StopReason,
-    Thinking,
-    ThinkingSetting,
-    Usage,
 )
 from tooltrail.llm.scripted import ScriptedModel, ScriptStep, text_response, tool_call_response
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tooltrail.llm.messages import Message
+from tooltrail.core.messages import Message
 
 __all__ = [
     "CatalogEntry",

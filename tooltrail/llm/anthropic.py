@@ -29,11 +29,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tooltrail.core.messages import Message, ModelRequest, ModelResponse, Thinking, Usage
+from tooltrail.core.results import ToolCall
 from tooltrail.llm._catalog import arguments_object, read_catalog, tool_result_text
 from tooltrail.llm._sdk import SDKModelClient, field, missing_extra, sdk_errors
 from tooltrail.llm.errors import ModelResponseError
-from tooltrail.llm.messages import Message, ModelRequest, ModelResponse, Thinking, Usage
-from tooltrail.results import ToolCall
 
 try:
     import anthropic

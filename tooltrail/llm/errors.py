@@ -38,9 +38,16 @@ import math
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
+from tooltrail.core.messages import (
+    MODEL_OUTPUT_TRUNCATED,
+    MODEL_REQUEST_REJECTED,
+    MODEL_RESPONSE_INVALID,
+    MODEL_RETRY_POLICY,
+    MODEL_SCRIPT_EXHAUSTED,
+    MODEL_UNAVAILABLE,
+)
 from tooltrail.errors import TooltrailError
 
 __all__ = [
@@ -62,35 +69,10 @@ __all__ = [
     "to_application_error",
 ]
 
-MODEL_UNAVAILABLE = "ModelUnavailable"
-"""``ApplicationError.type`` of a retryable model failure."""
-MODEL_REQUEST_REJECTED = "ModelRequestRejected"
-"""``ApplicationError.type`` of a request the provider refused for good (a 4xx)."""
-MODEL_RESPONSE_INVALID = "ModelResponseInvalid"
-"""``ApplicationError.type`` of a success response that could not be read."""
-MODEL_SCRIPT_EXHAUSTED = "ModelScriptExhausted"
-"""``ApplicationError.type`` of a ``ScriptedModel`` that ran out of responses."""
-MODEL_OUTPUT_TRUNCATED = "ModelOutputTruncated"
-"""``ApplicationError.type`` of an answer cut off by ``max_tokens`` (or the context window)
-while it asked for tools, or before it said anything: the turn fails, no tool runs."""
-
 MAX_RETRY_AFTER_S = 300.0
 """Longest server-requested delay honoured; a longer one is cut to this, so one answer
 cannot park a turn for hours (the next answer may ask again)."""
 
-MODEL_RETRY_POLICY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=6,
-    non_retryable_error_types=[
-        MODEL_REQUEST_REJECTED,
-        MODEL_RESPONSE_INVALID,
-        MODEL_SCRIPT_EXHAUSTED,
-    ],
-)
-"""Retry policy for the ``tooltrail.model.complete`` activity: 1, 2, 4, 8, 16 s between the
-six attempts (each delay capped at 30 s, or replaced by the server's ``Retry-After``)."""
 
 _RETRYABLE_STATUSES = frozenset({408, 409, 429})
 

@@ -28,11 +28,11 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+from tooltrail.core.messages import Message, ModelRequest, ModelResponse, Usage
+from tooltrail.core.results import ToolCall
 from tooltrail.llm._catalog import arguments_json, read_catalog, tool_result_text
 from tooltrail.llm._sdk import SDKModelClient, field, missing_extra, sdk_errors
 from tooltrail.llm.errors import ModelResponseError
-from tooltrail.llm.messages import Message, ModelRequest, ModelResponse, Usage
-from tooltrail.results import ToolCall
 
 try:
     import openai

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tooltrail.core.messages import Message, ModelRequest, ModelResponse, Usage
+from tooltrail.core.results import ToolCall
 from tooltrail.llm.errors import ScriptExhaustedError
-from tooltrail.llm.messages import Message, ModelRequest, ModelResponse, Usage
-from tooltrail.results import ToolCall
 
 __all__ = ["ScriptStep", "ScriptedModel", "text_response", "tool_call_response"]
 

@@ -1,0 +1,435 @@
+"""Verify a turn's audit trail against Temporal's history of the same turn. Writes nothing.
+
+The SQL trail is written by tooltrail; the workflow history is written by the Temporal
+server. ``verify`` fetches the history and checks that the trail says what it says:
+
+- every tool activity that completed with a result (a body that ran, a shadow answer, a
+  breaker refusal) has its ``tool_post`` record, for the same call and attempt;
+- the output of each such record has the digest of the output Temporal returned (a large
+  output's digest travels in the history; its text is read back from ``blob``);
+- the turn's final status is the one Temporal closed the workflow with;
+- the records' ``seq`` run 0, 1, 2, ... with no hole (a deleted record leaves one);
+- every run's hash chain holds (``tooltrail.core.chain``), and the latest run's ends at the head
+  the run anchored in its history: a completed turn's result (``TurnOutput.trail_head``), a
+  failed or cancelled turn's memo (``TRAIL_HEAD_MEMO``), agent runs' turns included; so a
+  trail cut short at its end is caught too (``VerifyReport.anchor`` says where, or that the
+  run has no anchor: running, terminated, timed out, or recorded before its anchor existed).
+
+Problems are mismatches, except ``unknown_turn``, ``history_gone`` and ``undecodable``: the
+turn cannot be checked (nothing of it anywhere; Temporal deleted its history by retention;
+the history's payloads are encrypted with keys this process lacks). What verify cannot
+prove: a trail consistent with a history that was rewritten too. Someone able to rewrite
+both the database and Temporal's history can make them agree.
+
+Not checked: attempts of ``@tool(local=True)`` tools (a local activity's input never enters
+the history, so its marker cannot be tied to a call), and records missing from a turn that
+did not close by its own code (running, cancelled, terminated, timed out: records produced
+after the last write of such a turn are legitimately absent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, TypeAdapter, computed_field
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client, WorkflowHistory
+from temporalio.service import RPCError, RPCStatusCode
+
+from tooltrail.core.envelopes import open_outcome
+from tooltrail.core.results import Part
+from tooltrail.core.text import render_text, stable_hash
+from tooltrail.core.wire import (
+    ATTEMPT_OUTCOME,
+    TOOL_EXECUTE,
+    TRAIL_HEAD_MEMO,
+    AuditEvent,
+    BreakerRefused,
+    ExecuteAttempt,
+    Ran,
+    ShadowServed,
+    TurnOutput,
+)
+from tooltrail.db.store import AuditStore
+from tooltrail.ops.approval_history import approval_history
+
+__all__ = [
+    "CANNOT_CHECK",
+    "Problem",
+    "VerifyReport",
+    "verify_turn",
+    "verify_turns",
+]
+
+CANNOT_CHECK = frozenset({"unknown_turn", "history_gone", "undecodable"})
+"""Problem kinds that mean the turn could not be checked (``tooltrail audit verify`` exit 2)."""
+
+_CLOSE_STATUS = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: "completed",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED: "failed",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED: "cancelled",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED: "terminated",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT: "timed_out",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW: "continued_as_new",
+}
+_BY_ITS_OWN_CODE = frozenset({"completed", "failed"})
+"""Closes after which the turn's whole trail was written (its final write insists)."""
+_OUTPUT: TypeAdapter[str | list[Part]] = TypeAdapter(str | list[Part])
+
+
+class Problem(BaseModel):
+    """One disagreement between the trail and the history (or why there was no check)."""
+
+    kind: str
+    """``missing_record``, ``output_mismatch``, ``status_mismatch``, ``seq_gap``,
+    ``missing_turn_row``, ``chain_broken`` (a run's hash chain, ``tooltrail.core.chain``),
+    ``signature_invalid`` (a signed approval that no longer verifies); or,
+    when the turn cannot be checked, ``unknown_turn``, ``history_gone``, ``undecodable``."""
+    detail: str
+    turn_id: str
+    tool_call_id: str | None = None
+    attempt: int | None = None
+
+
+class VerifyReport(BaseModel):
+    """The verification of one turn."""
+
+    turn_id: str
+    run_id: str | None = None
+    """The run of the turn's workflow id whose history was checked (the latest)."""
+    temporal_status: str | None = None
+    """How Temporal says the run stands (``running`` while it runs)."""
+    trail_status: str | None = None
+    """What the turn's row says."""
+    anchor: Literal["result", "memo"] | None = None
+    """Where the latest run anchored its hash chain's head in Temporal's history: its result
+    (a completed turn), its memo (a failed or cancelled one); None, not anchored (a turn
+    running, terminated or timed out, or recorded by a worker older than its anchor): then
+    a chain cut short at its end goes unnoticed."""
+    attempts_checked: int = 0
+    """Completed tool activities found in the history and matched against the trail."""
+    problems: list[Problem] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ok(self) -> bool:
+        """True when the trail and the history agree on everything checked."""
+        return not self.problems
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def checkable(self) -> bool:
+        """False when the turn could not be checked at all (see ``CANNOT_CHECK``)."""
+        return not any(problem.kind in CANNOT_CHECK for problem in self.problems)
+
+
+def output_digest(output: Any) -> str | None:
+    """The digest an output's text has in the trail (``result_hash``) and the history."""
+    try:
+        value = _OUTPUT.validate_python(output)
+    except ValueError:
+        return stable_hash(str(output))
+    return stable_hash(render_text(value))
+
+
+class _Attempt(BaseModel):
+    request: ExecuteAttempt
+    compare: bool = True
+    """False for a breaker refusal: only its record's presence is checked."""
+    digest: str | None = None
+    """The output's digest, for attempts that ran (or were served from a shadow plan)."""
+
+
+async def _history(client: Client, turn_id: str) -> tuple[str, WorkflowHistory] | None:
+    """The latest run of the turn's workflow id and its history; None when Temporal has none."""
+    try:
+        run_id = (await client.get_workflow_handle(turn_id).describe()).run_id
+        history = await client.get_workflow_handle(turn_id, run_id=run_id).fetch_history()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return run_id, history
+
+
+async def _completed_attempts(
+    client: Client, events: list[HistoryEvent]
+) -> tuple[list[_Attempt], str | None]:
+    """The tool activities that completed with a result, and the close status (or None).
+
+    Raises:
+        ValueError: a payload could not be decoded (keys missing, say).
+    """
+    scheduled: dict[int, Any] = {}
+    attempts: list[_Attempt] = []
+    status: str | None = None
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = event.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name == TOOL_EXECUTE:
+                scheduled[event.event_id] = attrs.input
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            done = event.activity_task_completed_event_attributes
+            payloads = scheduled.get(done.scheduled_event_id)
+            if payloads is None:
+                continue
+            [request] = await client.data_converter.decode_wrapper(payloads, [ExecuteAttempt])
+            [outcome] = await client.data_converter.decode_wrapper(done.result, [ATTEMPT_OUTCOME])
+            outcome = open_outcome(outcome, request)
+            if isinstance(outcome, Ran) and outcome.output_ref is not None:
+                attempts.append(_Attempt(request=request, digest=outcome.output_hash))
+            elif isinstance(outcome, Ran | ShadowServed):
+                attempts.append(_Attempt(request=request, digest=output_digest(outcome.output)))
+            elif isinstance(outcome, BreakerRefused):
+                attempts.append(_Attempt(request=request, compare=False))
+        elif event.event_type in _CLOSE_STATUS:
+            status = _CLOSE_STATUS[event.event_type]
+    return attempts, status
+
+
+_MAX_ID = 255
+"""The ``turn`` table's id length (PostgreSQL refuses longer values where SQLite keeps them)."""
+
+
+def _id_fault(value: str) -> str:
+    if not value:
+        return "it is empty"
+    if "\x00" in value:
+        return "it holds a NUL character"
+    return f"it is {len(value)} characters long, more than {_MAX_ID}"
+
+
+def _possible_id(value: str) -> bool:
+    """Whether a turn or session id could be stored at all (asked before any query)."""
+    return bool(value) and "\x00" not in value and len(value) <= _MAX_ID
+
+
+def _seq_problems(turn_id: str, events: list[AuditEvent]) -> list[Problem]:
+    seqs = [event.seq for event in events]
+    if not seqs:
+        return []
+    holes = sorted(set(range(max(seqs) + 1)) - set(seqs))
+    if not holes:
+        return []
+    shown = ", ".join(map(str, holes[:20])) + (" ..." if len(holes) > 20 else "")
+    return [
+        Problem(
+            kind="seq_gap",
+            turn_id=turn_id,
+            detail=f"the trail has no record at seq {shown} (of 0..{max(seqs)})",
+        )
+    ]
+
+
+async def verify_turn(
+    client: Client,
+    store: AuditStore,
+    turn_id: str,
+    *,
+    approvers: Mapping[str, str] | None = None,
+) -> VerifyReport:
+    """Check one turn's trail against Temporal's history of its workflow (latest run).
+
+    Reads only: nothing is written to the database or to Temporal.
+
+    Args:
+        client: the Temporal client (with the deployment's data converter).
+        store: the audit database.
+        turn_id: the turn.
+        approvers: the configured approvers (name to base64 public key); when given, every
+            signed approval in the trail is re-checked against them (``signature_invalid``).
+
+    Raises:
+        RPCError: Temporal could not answer (other than "not found").
+    """
+    report = VerifyReport(turn_id=turn_id)
+    if not _possible_id(turn_id):
+        detail = f"no turn can have this id ({_id_fault(turn_id)}): there is nothing to check"
+        report.problems.append(Problem(kind="unknown_turn", turn_id=turn_id, detail=detail))
+        return report
+    row = await store.turn(turn_id)
+    trail = await store.events(turn_id)
+    report.trail_status = row.status if row is not None else None
+    found = await _history(client, turn_id)
+    if found is None:
+        if row is None and not trail:
+            detail = "no such turn: neither the audit database nor Temporal has it"
+            report.problems.append(Problem(kind="unknown_turn", turn_id=turn_id, detail=detail))
+        else:
+            detail = (
+                "Temporal has no history of this turn any more (deleted by the namespace's "
+                "retention, or another namespace): the trail cannot be checked"
+            )
+            report.problems.append(Problem(kind="history_gone", turn_id=turn_id, detail=detail))
+        return report
+    report.run_id, history = found
+    events = list(history.events)
+    first = events[0].workflow_execution_started_event_attributes if events else None
+    if first is None or first.workflow_type.name != "TurnWorkflow":
+        kind = first.workflow_type.name if first is not None else "empty history"
+        detail = f"{turn_id!r} is a {kind} workflow, not a turn (agent runs list their turns)"
+        report.problems.append(Problem(kind="unknown_turn", turn_id=turn_id, detail=detail))
+        return report
+    try:
+        attempts, closed = await _completed_attempts(client, events)
+        anchor = await _trail_head(client, events)
+    except Exception as exc:  # a codec without the keys, a payload of another converter
+        detail = (
+            f"the history's payloads cannot be decoded here ({type(exc).__name__}): give this "
+            "process the deployment's codec keys (TOOLTRAIL_CODEC_KEYS)"
+        )
+        report.problems.append(Problem(kind="undecodable", turn_id=turn_id, detail=detail))
+        return report
+    report.temporal_status = closed or "running"
+    head = None
+    if anchor is not None:
+        head, report.anchor = anchor
+    if row is None:
+        report.problems.append(
+            Problem(
+                kind="missing_turn_row",
+                turn_id=turn_id,
+                detail="Temporal has this turn's history, the audit database has no turn row",
+            )
+        )
+    elif row.status != report.temporal_status:
+        report.problems.append(
+            Problem(
+                kind="status_mismatch",
+                turn_id=turn_id,
+                detail=(
+                    f"the trail says {row.status!r}, Temporal says {report.temporal_status!r}"
+                    + (
+                        " (`tooltrail audit reconcile` fixes a turn left running)"
+                        if row.status == "running"
+                        else ""
+                    )
+                ),
+            )
+        )
+    posts = {
+        (event.tool_call_id, event.attempt): event for event in trail if event.kind == "tool_post"
+    }
+    whole = closed in _BY_ITS_OWN_CODE
+    for attempt in attempts:
+        request = attempt.request
+        report.attempts_checked += 1
+        where = f"call {request.tool_call_id!r} attempt {request.attempt}"
+        post = posts.get((request.tool_call_id, request.attempt))
+        if post is None:
+            if whole:
+                report.problems.append(
+                    Problem(
+                        kind="missing_record",
+                        turn_id=turn_id,
+                        tool_call_id=request.tool_call_id,
+                        attempt=request.attempt,
+                        detail=f"{where} completed in Temporal; the trail has no tool_post",
+                    )
+                )
+            continue
+        if not attempt.compare:
+            continue  # a breaker refusal: nothing ran, its record is there
+        stored = output_digest(post.payload.get("output"))
+        recorded = post.payload.get("result_hash")
+        expected = attempt.digest
+        if stored != expected or recorded != expected:
+            report.problems.append(
+                Problem(
+                    kind="output_mismatch",
+                    turn_id=turn_id,
+                    tool_call_id=request.tool_call_id,
+                    attempt=request.attempt,
+                    detail=(
+                        f"{where}: Temporal returned an output with digest {expected}; the "
+                        f"trail's output has digest {stored} (recorded {recorded})"
+                    ),
+                )
+            )
+    report.problems.extend(_seq_problems(turn_id, trail))
+    report.problems.extend(await _chain_problems(store, turn_id, report.run_id, head))
+    if approvers:
+        report.problems.extend(_signature_problems(turn_id, trail, approvers))
+    return report
+
+
+def _signature_problems(
+    turn_id: str, trail: list[AuditEvent], approvers: Mapping[str, str]
+) -> list[Problem]:
+    """Each signed approval the trail records that does not verify with today's approvers."""
+    problems: list[Problem] = []
+    for record in approval_history(trail, (), approvers):
+        if record.signed and not record.verifies:
+            problems.append(
+                Problem(
+                    kind="signature_invalid",
+                    turn_id=turn_id,
+                    tool_call_id=record.tool_call_id,
+                    detail=f"the approval signed by {record.by!r}: {record.problem}",
+                )
+            )
+    return problems
+
+
+async def _trail_head(
+    client: Client, events: list[HistoryEvent]
+) -> tuple[str, Literal["result", "memo"]] | None:
+    """The chain head the run anchored in Temporal's history, and where; None: no anchor.
+
+    A completed turn anchors it in its result (``TurnOutput.trail_head``); a failed or
+    cancelled one, in its memo (``TRAIL_HEAD_MEMO``, upserted after its final write). Runs
+    recorded before either existed have no anchor: their chain is checked on its own.
+    """
+    for event in reversed(events):
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+            payloads = event.workflow_execution_completed_event_attributes.result.payloads
+            if not payloads:
+                return None
+            (output,) = await client.data_converter.decode(list(payloads), [TurnOutput])
+            return (output.trail_head, "result") if output.trail_head else None
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
+            memo = event.workflow_properties_modified_event_attributes.upserted_memo.fields
+            if TRAIL_HEAD_MEMO in memo:
+                (head,) = await client.data_converter.decode([memo[TRAIL_HEAD_MEMO]], [str])
+                return (str(head), "memo") if head else None
+    return None
+
+
+async def _chain_problems(
+    store: AuditStore, turn_id: str, run_id: str | None, head: str | None
+) -> list[Problem]:
+    """Each run's hash chain recomputed; the latest run's also against its anchor, if any.
+
+    Records written before digests existed (no ``digest``) have no chain to check.
+    """
+    heads = {run_id: head} if run_id and head else {}
+    found = await store.chain_problems(turn_id, heads=heads)
+    problems: list[Problem] = []
+    for run, texts in found.items():
+        for text in texts:
+            problems.append(
+                Problem(kind="chain_broken", turn_id=turn_id, detail=f"run {run or '-'}: {text}")
+            )
+    return problems
+
+
+async def verify_turns(
+    client: Client,
+    store: AuditStore,
+    *,
+    session_id: str | None = None,
+    since: datetime | None = None,
+    limit: int = 1000,
+    approvers: Mapping[str, str] | None = None,
+) -> list[VerifyReport]:
+    """Verify the turns of a session, or started since a time (newest first).
+
+    A session id no turn can have (empty, with a NUL, too long) matches no turn.
+    """
+    if session_id is not None and not _possible_id(session_id):
+        return []
+    turns = await store.turns(session_id=session_id, since=since, limit=limit)
+    return [await verify_turn(client, store, turn.turn_id, approvers=approvers) for turn in turns]
