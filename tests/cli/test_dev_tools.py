@@ -14,8 +14,8 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from tests.cli.test_dev_output import free_port
 from tests.support.cli_runner import ROOT, TOOLTRAIL, env_for, error_lines, run_cli
-from tests.test_dev_output import free_port
 from tooltrail import ToolCall
 from tooltrail.client import Tooltrail
 from tooltrail.db.store import AuditStore

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select, text
 
 from tests.conftest import POSTGRES_URL, StackFactory, scratch_postgres_database
-from tests.test_trail_runs import _reset_to_first_workflow_task, _version, versioned
+from tests.db.test_trail_runs import _reset_to_first_workflow_task, _version, versioned
 from tooltrail import Host, ToolCall
 from tooltrail.core.wire import TurnOutput
 from tooltrail.db.migrate import upgrade

@@ -14,8 +14,8 @@ from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client
 
 from tests.conftest import StackFactory
+from tests.db.test_database import flush
 from tests.support.cli_runner import run_cli
-from tests.test_database import flush
 from tooltrail import Host, ToolCall, tool
 from tooltrail.core.branches import branch_point
 from tooltrail.core.wire import AuditEvent, Flush, TurnOutput

@@ -21,9 +21,9 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
 
+from tests.runtime.test_codec import base64_forms, leaks
 from tests.support import crash_tools
 from tests.support.cli_runner import run_cli
-from tests.test_codec import base64_forms, leaks
 from tooltrail import Host, LoopDetected, LoopDetection, RunConfig, ToolCall, Tooltrail
 from tooltrail.db.store import AuditStore
 from tooltrail.runtime.codec import ENCODING, codec_from_settings, data_converter, generate_key

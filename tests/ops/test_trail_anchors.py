@@ -19,9 +19,9 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import StackFactory
+from tests.ops.test_encrypted_ops import KEYS, running
+from tests.runtime.test_reconcile import HOST, echo, running_turn, until_status
 from tests.support.cli_runner import run_cli
-from tests.test_encrypted_ops import KEYS, running
-from tests.test_reconcile import HOST, echo, running_turn, until_status
 from tooltrail import Host, LoopDetected, RunConfig, ToolCall, Tooltrail
 from tooltrail.core.detection import LoopDetection
 from tooltrail.core.wire import TRAIL_HEAD_MEMO

@@ -15,9 +15,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import StackFactory
+from tests.ops.test_encrypted_ops import KEYS, running
+from tests.runtime.test_reconcile import HOST, echo, running_turn, temporal_cli, until_status
 from tests.support.cli_runner import error_lines, run_cli
-from tests.test_encrypted_ops import KEYS, running
-from tests.test_reconcile import HOST, echo, running_turn, temporal_cli, until_status
 from tooltrail import Host, RunConfig, ToolCall, Tooltrail
 from tooltrail.db.orm import AuditEventRow, BlobRow, TurnRow
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response

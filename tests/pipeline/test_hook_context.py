@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import StackFactory
-from tests.test_hooks_observers import wait_parked
+from tests.pipeline.test_hooks_observers import wait_parked
 from tooltrail import Host, LoopDetected, LoopDetection, RunConfig, ToolCall, tool
 from tooltrail.core.hooks import Ask, PostToolUseContext, PreToolUseContext
 

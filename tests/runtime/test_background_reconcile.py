@@ -12,7 +12,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import StackFactory
-from tests.test_reconcile import HOST, running_turn, until_status
+from tests.runtime.test_reconcile import HOST, running_turn, until_status
 from tooltrail import Tooltrail
 from tooltrail.db.orm import MaintenanceLeaseRow
 from tooltrail.db.store import AuditStore

@@ -12,7 +12,8 @@ import pytest
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 
 from tests.support.cli_runner import run_cli
-from tooltrail import ConfigurationError, embedded
+from tooltrail import ConfigurationError
+from tooltrail.runtime import embedded
 from tooltrail.runtime.embedded import server_environment, start_dev_server
 
 

@@ -20,8 +20,8 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from tests.cli.test_cli_contracts import one_error
 from tests.support.cli_runner import run_cli
-from tests.test_cli_contracts import one_error
 from tooltrail import ConfigurationError, Host, RunConfig, ToolCall, tool
 from tooltrail.client import Tooltrail
 from tooltrail.core.hooks import Ask, PreToolUseContext

@@ -24,7 +24,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import StackFactory
-from tests.test_tool_routes import CALC_FP, LOOK_FP, _two_workers, calculate, lookup
+from tests.pipeline.test_tool_routes import CALC_FP, LOOK_FP, _two_workers, calculate, lookup
 from tooltrail import Host
 from tooltrail.activities.conversation import ConversationActivities
 from tooltrail.activities.planning import TurnPlanner

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests import test_crash
+from tests.runtime import test_crash
 from tests.support import crash_tools
 from tests.support.cli_runner import run_cli
 from tooltrail import Host, RunConfig, ToolCall, Tooltrail

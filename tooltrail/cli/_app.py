@@ -961,7 +961,7 @@ async def _answer(
     answer: Callable[[Any], Any],
     database_url: str | None = None,
 ) -> None:
-    from tooltrail.db.migrate import check_schema
+    from tooltrail.db.migrate import open_store
     from tooltrail.db.store import AuditStore
     from tooltrail.errors import ApprovalRejected
 
@@ -970,8 +970,7 @@ async def _answer(
     url = resolve_database_url(database_url)
     store: AuditStore | None = None
     with contextlib.suppress(Exception):
-        await check_schema(url)
-        store = AuditStore(url)
+        store = await open_store(url)
     try:
         handle = await _running_turn(turn_id, temporal_address, call_id, store)
         await answer(handle)

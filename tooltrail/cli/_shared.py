@@ -96,11 +96,9 @@ def shown_url(url: str) -> str:
 
 async def with_store(url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
     """Check the schema, open the audit store, run ``fn`` with it and close it."""
-    from tooltrail.db.migrate import check_schema
-    from tooltrail.db.store import AuditStore
+    from tooltrail.db.migrate import open_store
 
-    await check_schema(url)
-    store = AuditStore(url)
+    store = await open_store(url)
     try:
         return await fn(store)
     finally:

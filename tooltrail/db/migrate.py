@@ -8,7 +8,7 @@ that connection when present and opens its own otherwise (the ``alembic`` comman
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alembic import command
 from alembic.config import Config
@@ -17,9 +17,19 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, make_url
 
 from tooltrail.db.engine import create_engine, normalize_url
+
+if TYPE_CHECKING:
+    from tooltrail.db.store import AuditStore
 from tooltrail.errors import DatabaseSchemaError
 
-__all__ = ["alembic_config", "check_schema", "head_revision", "migrations_dir", "upgrade"]
+__all__ = [
+    "alembic_config",
+    "check_schema",
+    "head_revision",
+    "migrations_dir",
+    "open_store",
+    "upgrade",
+]
 
 
 def migrations_dir() -> Path:
@@ -85,7 +95,10 @@ async def check_schema(url: str) -> None:
     Raises:
         DatabaseSchemaError: with the command that fixes it.
     """
-    current = await current_revision(url)
+    _require_head(url, await current_revision(url))
+
+
+def _require_head(url: str, current: str | None) -> None:
     head = head_revision()
     if current != head:
         shown = make_url(url).render_as_string(hide_password=True)
@@ -94,3 +107,41 @@ async def check_schema(url: str) -> None:
             f"the audit database {shown!r} {state}, but this tooltrail needs revision "
             f"{head!r}: run `tooltrail db upgrade --database-url {shown}` first"
         )
+
+
+async def open_store(url: str, *, migrate: bool = False, **engine_options: Any) -> AuditStore:
+    """Open the audit store at ``url`` once its schema is at the migrations' head.
+
+    The check (or the upgrade) runs on the store's own engine: one engine, one pool, for the
+    command or worker that reads and writes next.
+
+    Args:
+        url: the database URL.
+        migrate: upgrade the database to the head instead of checking it.
+        **engine_options: for the engine (``pool_size``, ...).
+
+    Raises:
+        DatabaseSchemaError: the database is not at the head (and not ``migrate``).
+    """
+    from tooltrail.db.store import AuditStore
+
+    store = AuditStore(url, **engine_options)
+    try:
+        async with store.engine.begin() as connection:
+            if migrate:
+
+                def run(sync: Connection) -> None:
+                    cfg = alembic_config(url)
+                    cfg.attributes["connection"] = sync
+                    command.upgrade(cfg, "head")
+
+                await connection.run_sync(run)
+            else:
+                current = await connection.run_sync(
+                    lambda sync: MigrationContext.configure(sync).get_current_revision()
+                )
+                _require_head(url, current)
+    except BaseException:
+        await store.close()
+        raise
+    return store

@@ -28,7 +28,7 @@ from tooltrail.activities.planning import TurnPlanner
 from tooltrail.activities.recorder import Recorder
 from tooltrail.core.recovery import NoopReflector
 from tooltrail.db.idempotency import SqlIdempotencyStore
-from tooltrail.db.migrate import check_schema, upgrade
+from tooltrail.db.migrate import open_store
 from tooltrail.db.sqlite_guard import claim_sqlite_file
 from tooltrail.db.store import AuditStore
 from tooltrail.errors import ConfigurationError
@@ -409,20 +409,16 @@ async def open_deployment(
     settings = Settings()
     wired = Host() if host is None else Host.coerce(host)
     url = database_url or wired.database_url or settings.effective_database_url()
-    if migrate:
-        await upgrade(url)
-    else:
-        await check_schema(url)
-    if client is None:
-        temporal = await connect_client(
-            temporal_address or settings.temporal_address,
-            namespace=namespace or settings.namespace,
-            **settings_client_options(settings),
-        )
-    else:
-        temporal = await client(settings)
-    store = AuditStore(url, **(engine_options or {}))
+    store = await open_store(url, migrate=migrate, **(engine_options or {}))
     try:
+        if client is None:
+            temporal = await connect_client(
+                temporal_address or settings.temporal_address,
+                namespace=namespace or settings.namespace,
+                **settings_client_options(settings),
+            )
+        else:
+            temporal = await client(settings)
         yield Deployment(
             settings=settings,
             host=wired,
