@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test check lint typecheck pytest dev histories faults bench clean
+.PHONY: demo test check lint typecheck docs docs-serve pytest dev histories faults bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,10 +16,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/tooltrail demo
 
-## Run everything CI runs: lint, types, then the whole test suite.
+## Run everything CI runs: lint, types, the manual, then the whole test suite.
 test: check pytest
 
-check: lint typecheck
+check: lint typecheck docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -27,6 +27,15 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+## The manual (docs/, MkDocs Material) into site/; --strict: a broken link, anchor or nav
+## entry fails. Material's notice about its successor is not a warning of this build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+## The manual on http://127.0.0.1:8000, rebuilt on every change, until Ctrl-C.
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 pytest: $(STAMP)
 	$(BIN)/pytest
@@ -53,4 +62,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.all
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

@@ -4,7 +4,7 @@
 scenarios (all, or the named ones) on a fresh embedded Temporal server and writes each
 history to ``tests/histories/<name>.json``. Record only new paths (by name): the files
 already there are the proof that a workflow change still replays the turns recorded before
-it, or that it needs ``workflow.patched`` (see the README's "Upgrading").
+it, or that it needs ``workflow.patched`` (see docs/operations/upgrading.md).
 """
 
 from __future__ import annotations

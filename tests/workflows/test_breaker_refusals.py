@@ -1,5 +1,5 @@
 """Refusals that never reached a tool's body do not count toward its breaker (a decision on
-pipeline spec §11.3, see the README), on a real server and on SQLite and PostgreSQL."""
+pipeline spec §11.3, docs/guide/pipeline.md), on a real server and on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A worker whose event loop is starved past the heartbeat timeout (issue 22, finding 13).
 
-Pinned behaviour, a documented limit (README "Security"): heartbeats are sent from the
+Pinned behaviour, a documented limit (docs/security.md): heartbeats are sent from the
 worker's event loop (the SDK's heartbeat is a task on that loop), so when something starves
 the loop itself for longer than ``RunConfig.heartbeat_timeout_s`` (here a tool declared
 ``own_loop=False`` that blocks it; in production CPU starvation or a paused process),
