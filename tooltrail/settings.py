@@ -299,7 +299,7 @@ class Settings(BaseSettings):
     ``PREFIX=URL`` (a JSON list in ``TOOLTRAIL_MCP_SERVERS``); clients that see it set learn
     the tool names from a worker (``tooltrail.connect``)."""
 
-    # -- capacity (README "Sizing"): what one worker process takes on, and its database pool --
+    # -- capacity (docs/operations/sizing.md): what one worker takes on, and its database pool --
     max_concurrent_activities: int = Field(default=100, ge=1)
     """Tool attempts (and other activities) one worker runs at once."""
     max_concurrent_workflow_tasks: int = Field(default=100, ge=2)
@@ -316,14 +316,14 @@ class Settings(BaseSettings):
     db_pool_timeout_s: float = Field(default=30.0, gt=0)
     """How long a database call waits for a free connection before it fails."""
 
-    # -- safe deploys (README "Upgrading"): Temporal worker deployment versioning ------------
+    # -- safe deploys (docs/operations/upgrading.md): worker deployment versioning ----------
     worker_deployment: str | None = None
     """The worker deployment a worker polls as (with ``worker_build_id``); ``None``:
     unversioned (all workers of the queue must then run compatible code)."""
     worker_build_id: str | None = None
     """This worker's build id in ``worker_deployment``: a new one for each release."""
 
-    # -- background reconciliation (README "Audit trail") ------------------------------------
+    # -- background reconciliation (docs/operations/audit-trail.md) ----------------------------
     reconcile_enabled: bool = True
     """Workers reconcile turns closed outside tooltrail in the background (one at a time)."""
     reconcile_interval_s: float = Field(default=60.0, gt=0)

@@ -1,4 +1,4 @@
-"""The workflows' definitions for versioned workers (README "Upgrading").
+"""The workflows' definitions for versioned workers (docs/operations/upgrading.md).
 
 A workflow's versioning behaviour is part of its definition, and an unversioned worker may not
 send one (the server refuses the workflow task), so the behaviours that differ from the

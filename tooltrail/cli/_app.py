@@ -2,7 +2,7 @@
 
 Every command has ``--help``; the reading commands take ``--json`` for machines.
 
-Contracts for scripts and CI (README, "Command line"):
+Contracts for scripts and CI (docs/operations/cli.md):
 
 - with ``--json``, stdout holds the JSON document and nothing else: the process's file
   descriptor 1 is pointed at stderr for the whole command (so the embedded server's banner,
@@ -472,7 +472,7 @@ def worker(
         typer.Option(
             "--deployment",
             envvar="TOOLTRAIL_WORKER_DEPLOYMENT",
-            help="Temporal worker deployment to poll as (with --build-id); README 'Upgrading'.",
+            help="Temporal worker deployment to poll as (with --build-id); manual: Upgrading.",
         ),
     ] = None,
     build_id: Annotated[
@@ -490,7 +490,7 @@ def worker(
 ) -> None:
     """Run a worker against an existing Temporal cluster (until SIGINT or SIGTERM).
 
-    Sizing: see the README's "Sizing" section; every flag also reads its TOOLTRAIL_ variable.
+    Sizing: see docs/operations/sizing.md; every flag also reads its TOOLTRAIL_ variable.
     """
     import tooltrail
     from tooltrail.tools.mcp import McpServerSpec, open_mcp_servers

@@ -464,7 +464,7 @@ async def worker(
         engine_options=engine_options,
     ) as deployment:
         if "deployment_config" not in worker_options:
-            # Worker versioning from the settings (README "Upgrading"); None: unversioned.
+            # Worker versioning from the settings (docs/operations/upgrading.md); None: unversioned.
             worker_options["deployment_config"] = deployment_config(
                 deployment.settings.worker_deployment, deployment.settings.worker_build_id
             )
