@@ -14,7 +14,7 @@ import importlib
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -22,9 +22,10 @@ from rich.text import Text
 from temporalio.service import RPCError, RPCStatusCode
 
 from tooltrail.errors import ConfigurationError, TooltrailError
-from tooltrail.pipeline.host import Host
 from tooltrail.settings import Settings
-from tooltrail.tools import Tool, ToolRegistry
+
+if TYPE_CHECKING:
+    from tooltrail.pipeline.host import Host
 
 __all__ = [
     "EXIT_ERROR",
@@ -140,6 +141,9 @@ def load_host(spec: str) -> Host:
     Raises:
         ConfigurationError: the path cannot be imported or names something else.
     """
+    from tooltrail.pipeline.host import Host
+    from tooltrail.tools import Tool, ToolRegistry
+
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ConfigurationError(f"--tools {spec!r} must look like MODULE:ATTR")

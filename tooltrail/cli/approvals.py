@@ -31,7 +31,6 @@ from tooltrail.cli._shared import (
 from tooltrail.cli.options import AddressOption, DatabaseOption, JsonOption
 from tooltrail.cli.render import preview, print_json, print_table
 from tooltrail.errors import ConfigurationError
-from tooltrail.pipeline.host import Host
 from tooltrail.settings import Settings
 
 __all__ = ["approvals", "approve", "approvers_keygen", "deny"]
@@ -235,6 +234,7 @@ def approvals(
     from datetime import UTC
 
     from tooltrail.client import Tooltrail, WaitingApproval
+    from tooltrail.pipeline.host import Host
 
     if history_of is not None:
         if turn_id != "history":

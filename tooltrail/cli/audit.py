@@ -24,7 +24,6 @@ from tooltrail.cli._shared import (
 )
 from tooltrail.cli.options import AddressOption, DatabaseOption, JsonOption
 from tooltrail.cli.render import print_json, print_table, results_table, timeline_table, turns_table
-from tooltrail.pipeline.host import Host
 from tooltrail.settings import Settings
 
 __all__ = ["audit_list", "audit_reconcile", "audit_show", "audit_verify"]
@@ -90,6 +89,7 @@ def audit_list(
 
 def _list_stuck(temporal_address: str | None, limit: int, json_output: bool) -> None:
     from tooltrail.client import Tooltrail
+    from tooltrail.pipeline.host import Host
 
     async def go() -> list[Any]:
         client = await temporal_client(temporal_address)

@@ -43,7 +43,6 @@ from tooltrail.cli.render import (
     timeline_table,
 )
 from tooltrail.errors import TooltrailError
-from tooltrail.pipeline.host import Host
 from tooltrail.settings import Settings
 
 __all__ = ["codec_server", "demo", "dev", "run_agent_command", "worker"]
@@ -105,6 +104,7 @@ def demo(
 
     import tooltrail
     from tooltrail.cli.demo import SCRIPTED_TURN, host, scripted_agent_model
+    from tooltrail.pipeline.host import Host
 
     url = resolve_database_url(database_url)
     agent_host = Host(host.registry, model=scripted_agent_model())
@@ -224,6 +224,7 @@ def run_agent_command(
 
     import tooltrail
     from tooltrail.llm import build_model_client
+    from tooltrail.pipeline.host import Host
 
     session_id = session or f"cli-{uuid.uuid4().hex[:8]}"
     if temporal_address is not None:
