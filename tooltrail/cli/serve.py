@@ -449,7 +449,7 @@ def worker(
     async def go() -> None:
         async with (
             open_mcp_servers(host.registry, specs) as toolsets,
-            tooltrail.runtime.worker(
+            tooltrail.worker(
                 host,
                 temporal_address=temporal_address,
                 namespace=namespace,
