@@ -17,7 +17,7 @@ import tooltrail
 from tests.support import crash_tools
 from tests.support.cli_runner import ROOT, TOOLTRAIL, env_for, run_cli
 from tooltrail import ConfigurationError, Host, ToolCall
-from tooltrail.cli._app import load_host
+from tooltrail.cli import load_host
 from tooltrail.db.migrate import head_revision
 from tooltrail.runtime.embedded import DEV_SERVER_ARGS
 

@@ -1,35 +1,51 @@
 """What the command modules share.
 
-The consoles, the one-line error,
-running a coroutine with Temporal's and tooltrail's errors turned into that line, and the
-audit store a reading command opens.
+The Typer application and its groups, which each command module registers its commands on
+(``_app`` mounts the groups and imports the modules); the consoles, the exit statuses, the
+one-line error, running a coroutine with Temporal's and tooltrail's errors turned into that
+line, the audit store a reading command opens, the Temporal client a command connects, and
+``load_host`` (``--tools MODULE:ATTR``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
+import os
+import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
 from temporalio.service import RPCError, RPCStatusCode
 
-from tooltrail.errors import TooltrailError
+from tooltrail.errors import ConfigurationError, TooltrailError
 from tooltrail.settings import Settings
+
+if TYPE_CHECKING:
+    from tooltrail.pipeline.host import Host
 
 __all__ = [
     "EXIT_ERROR",
+    "EXIT_FOUND",
     "CommandError",
+    "app",
+    "approvers_app",
+    "audit_app",
     "console",
+    "db_app",
     "error_line",
     "errors",
     "fail",
+    "history_app",
+    "load_host",
     "resolve_database_url",
     "rpc_error_text",
     "run_command",
     "shown_url",
+    "temporal_client",
     "with_store",
 ]
 
@@ -103,3 +119,70 @@ async def with_store(url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
         return await fn(store)
     finally:
         await store.close()
+
+
+EXIT_FOUND = 3
+"""Exit status of a check that found something (differences, stuck turns, a database behind)."""
+
+app = typer.Typer(
+    help="tooltrail: durable, auditable tool calls for LLM agents.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+audit_app = typer.Typer(help="Read the audit trail.", no_args_is_help=True)
+db_app = typer.Typer(help="Manage the audit database.", no_args_is_help=True)
+history_app = typer.Typer(help="Export workflow histories.", no_args_is_help=True)
+approvers_app = typer.Typer(help="Approvers who sign approvals.", no_args_is_help=True)
+
+
+def load_host(spec: str) -> Host:
+    """Import ``MODULE:ATTR`` and return it as a ``Host``.
+
+    Raises:
+        ConfigurationError: the path cannot be imported or names something else.
+    """
+    from tooltrail.pipeline.host import Host
+    from tooltrail.tools import Tool, ToolRegistry
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigurationError(f"--tools {spec!r} must look like MODULE:ATTR")
+    # Tools modules usually live in the directory the command runs from.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r} for --tools: {exc}") from exc
+    try:
+        value = getattr(module, attr)
+    except AttributeError as exc:
+        raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r}") from exc
+    if isinstance(value, Host):
+        return value
+    if isinstance(value, ToolRegistry):
+        return Host(value)
+    if isinstance(value, Tool):
+        return Host([value])
+    if isinstance(value, list | tuple) and all(isinstance(item, Tool) for item in value):
+        return Host(value)
+    raise ConfigurationError(
+        f"{spec!r} is a {type(value).__name__}; expected a Host, a ToolRegistry or a list of tools"
+    )
+
+
+def _client_options() -> tuple[str, str]:
+    settings = Settings()
+    return settings.temporal_address, settings.namespace
+
+
+async def temporal_client(temporal_address: str | None) -> Any:
+    """A Temporal client of the settings' namespace, at ``temporal_address`` (default: theirs)."""
+    from tooltrail.runtime.worker import connect_client, settings_client_options
+
+    address, namespace = _client_options()
+    return await connect_client(
+        temporal_address or address,
+        namespace=namespace,
+        **settings_client_options(Settings()),
+    )

@@ -13,7 +13,7 @@ Two rules for everything shown here:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -21,10 +21,14 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from tooltrail.core.results import ToolDispatchResult
 from tooltrail.core.text import render_text
-from tooltrail.core.wire import AuditEvent
-from tooltrail.db.store import TurnSummary
+
+if TYPE_CHECKING:
+    # Annotations only: the views take what the commands read, and ``tooltrail --help``
+    # loads no database layer.
+    from tooltrail.core.results import ToolDispatchResult
+    from tooltrail.core.wire import AuditEvent
+    from tooltrail.db.store import TurnSummary
 
 __all__ = [
     "escape",
