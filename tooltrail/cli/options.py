@@ -1,8 +1,7 @@
 """The command line's shared options: one definition each, for every module of commands.
 
-``tooltrail.cli`` and ``tooltrail.cli.agent_runs`` both take these; they live here because
-``cli_runs`` must not import ``cli`` (``python -m tooltrail.cli`` runs that one as
-``__main__``, and importing it again would make a second app).
+Every command module of ``tooltrail.cli`` takes these; one definition each keeps their
+flags, environment variables and help texts the same everywhere.
 """
 
 from __future__ import annotations
