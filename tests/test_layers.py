@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW_MODULES = (
     "tooltrail.workflows.agent",
     "tooltrail.workflows.approvals",
+    "tooltrail.workflows.arguments",
     "tooltrail.workflows.attempt",
     "tooltrail.workflows.authorize",
     "tooltrail.workflows.catalog",

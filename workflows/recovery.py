@@ -29,7 +29,6 @@ from tooltrail.core.recovery import (
     ToolChange,
 )
 from tooltrail.core.results import ToolCall
-from tooltrail.core.text import argument_problem
 from tooltrail.core.wire import (
     RECOVERY_REFLECT,
     AttemptResult,
@@ -40,6 +39,7 @@ from tooltrail.core.wire import (
     ReflectOutcome,
     ShadowServed,
 )
+from tooltrail.workflows.arguments import refused_arguments
 from tooltrail.workflows.failures import raise_if_cancelled_activity
 from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
@@ -129,7 +129,7 @@ class Recovery:
         """The failure text of a correction the model's call could not have made, or None."""
         if tool not in self._state.advertised:
             return f"ToolChange correction names tool '{tool}', which was not advertised"
-        problem = argument_problem(arguments, self._state.input.config.max_argument_bytes)
+        problem = refused_arguments(arguments, self._state.input.config.max_argument_bytes)
         if problem is not None:
             return f"InputFix correction modified_input refused: {problem}"
         return None

@@ -27,7 +27,6 @@ from tooltrail.core.planner import CallVerdict, plan_waves
 from tooltrail.core.results import ToolCall, ToolDispatchResult
 from tooltrail.core.text import (
     QUOTE_CHARS,
-    argument_problem,
     duplicate_call_id,
     invalid_arguments,
     nesting_exceeds,
@@ -48,6 +47,7 @@ from tooltrail.core.wire import (
 )
 from tooltrail.errors import TurnError
 from tooltrail.workflows.approvals import approval_rejection, take_answer
+from tooltrail.workflows.arguments import refused_arguments
 from tooltrail.workflows.attempt import CallPipeline
 from tooltrail.workflows.failures import (
     application_error,
@@ -376,7 +376,7 @@ class TurnWorkflow:
                 slots[position] = self._answer(call, arguments)
                 finished.append(call.id)
                 continue
-            problem = argument_problem(arguments, inp.config.max_argument_bytes)
+            problem = refused_arguments(arguments, inp.config.max_argument_bytes)
             if problem is not None:
                 slots[position] = self._answer(call, problem)
                 finished.append(call.id)

@@ -232,3 +232,30 @@ def test_panicked_without_message():
 
 def test_invalid_arguments():
     assert invalid_arguments("Expecting value") == "invalid arguments: Expecting value"
+
+
+def test_the_one_canonical_encoder_refuses_nan_and_the_infinities() -> None:
+    # Decided once (issue 28): JSON has no NaN, so nothing tooltrail hashes or signs may hold
+    # one. Every other canonical form is this text (bytes: its UTF-8).
+    from tooltrail.core.signatures import canonical_arguments
+    from tooltrail.tools import canonical_json as snapshot_bytes
+
+    assert canonical_json({"b": 1, "a": "é"}) == '{"a":"é","b":1}'
+    assert snapshot_bytes({"b": 1, "a": "é"}) == canonical_json({"b": 1, "a": "é"}).encode()
+    assert canonical_arguments({"b": [1.5]}) == canonical_json({"b": [1.5]}).encode()
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        for encode in (canonical_json, snapshot_bytes, canonical_arguments):
+            with pytest.raises(ValueError, match="not JSON compliant"):
+                encode({"x": [bad]})
+
+
+def test_holds_non_finite_looks_everywhere_without_recursion() -> None:
+    from tooltrail.core.text import holds_non_finite
+
+    assert not holds_non_finite({"a": [1, 2.5, "NaN", None, {"b": 1e308}]})
+    assert holds_non_finite({"a": [{"b": float("nan")}]})
+    assert holds_non_finite([[[float("-inf")]]])
+    deep: list[object] = [float("inf")]
+    for _ in range(100_000):
+        deep = [deep]
+    assert holds_non_finite(deep)

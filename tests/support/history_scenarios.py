@@ -143,6 +143,19 @@ async def basic(tt: Tooltrail) -> str:
     return turn.turn_id
 
 
+async def non_finite_arguments(tt: Tooltrail) -> str:
+    # tooltrail-finite-arguments: the model's NaN and Infinity are refused before dispatch.
+    turn = await tt.run_turn(
+        [
+            ToolCall("c1", "echo", '{"text": "a", "x": NaN}'),
+            ToolCall("c2", "echo", {"text": "b", "n": float("inf")}),
+            ToolCall("c3", "echo", {"text": "ok"}),
+        ],
+        session_id="hist",
+    )
+    return turn.turn_id
+
+
 async def recovery_backoff(tt: Tooltrail) -> str:
     _state.clear()
     turn = await tt.run_turn([ToolCall("c1", "flaky_twice", {})], session_id="hist")
@@ -628,6 +641,7 @@ async def close_session(tt: Tooltrail) -> str:
 
 SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "basic": (basic, Host(TOOLS)),
+    "non_finite_arguments": (non_finite_arguments, Host(TOOLS)),
     "recovery_backoff": (recovery_backoff, Host(TOOLS, reflector=AlwaysRecoverable())),
     "recovery_exhausted": (recovery_exhausted, Host(TOOLS, reflector=AlwaysRecoverable())),
     "corrections": (corrections, Host(TOOLS, reflector=FixThenSwitch())),

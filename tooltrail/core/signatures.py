@@ -15,12 +15,13 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, field_validator
+
+from tooltrail.core.text import canonical_json
 
 __all__ = [
     "STATEMENT_DOMAIN",
@@ -45,10 +46,7 @@ def canonical_arguments(arguments: Mapping[str, Any]) -> bytes:
     Raises:
         ValueError: a value JSON cannot carry (NaN, infinity).
     """
-    text = json.dumps(
-        arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
-    return text.encode("utf-8")
+    return canonical_json(arguments).encode("utf-8")
 
 
 def arguments_digest(arguments: Mapping[str, Any]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,11 +19,13 @@ __all__ = [
     "BREAKER_OPEN",
     "MAX_ARGUMENT_DEPTH",
     "MEMORY_FIELD_LIMIT",
+    "NON_FINITE_ARGUMENTS",
     "NOT_RECORDED",
     "QUOTE_CHARS",
     "argument_problem",
     "canonical_json",
     "duplicate_call_id",
+    "holds_non_finite",
     "invalid_arguments",
     "nesting_exceeds",
     "not_available",
@@ -41,8 +44,21 @@ MEMORY_FIELD_LIMIT = 500
 
 
 def canonical_json(value: Any) -> str:
-    """Return the canonical JSON text of a value (sorted keys, compact, non-ASCII kept)."""
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    """Return the canonical JSON text of a value: sorted keys, compact, non-ASCII kept.
+
+    tooltrail's one canonical encoder: idempotency keys, signed statements, snapshots, the
+    hash chain, loop detection and memo keys all hash or compare its text. NaN and the
+    infinities are refused, because JSON has no such numbers: no two readers would agree on
+    the bytes (the workflow answers a model's ``NaN`` as invalid arguments before any of
+    these see it).
+
+    Raises:
+        ValueError: ``value`` holds NaN or an infinity.
+        TypeError: ``value`` is not JSON data.
+    """
+    return json.dumps(
+        value, separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False
+    )
 
 
 def render_text(output: str | list[Part] | list[TextPart | ImagePart]) -> str:
@@ -174,6 +190,27 @@ def argument_problem(arguments: dict[str, Any], max_bytes: int) -> str | None:
     if size > max_bytes:
         return invalid_arguments(f"{size} bytes of arguments; at most {max_bytes} are accepted")
     return None
+
+
+NON_FINITE_ARGUMENTS = "NaN and Infinity are not JSON numbers"
+"""Why arguments holding a non-finite number are refused (after ``invalid arguments: ``)."""
+
+
+def holds_non_finite(value: Any) -> bool:
+    """Whether ``value`` holds a float NaN or infinity anywhere in its dicts and lists.
+
+    Iterative on purpose, like ``nesting_exceeds``; callers check nesting first.
+    """
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 NOT_RECORDED = "not recorded: would run live"

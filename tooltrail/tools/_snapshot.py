@@ -5,12 +5,13 @@ Also ``canonical_json``, the canonical JSON bytes a static tool's snapshot carri
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel
+
+from tooltrail.core.text import canonical_json as canonical_text
 
 __all__ = ["Snapshot", "canonical_json"]
 
@@ -22,9 +23,7 @@ def canonical_json(value: Any) -> bytes:
         ValueError: ``value`` holds NaN or an infinity.
         TypeError: ``value`` is not JSON data.
     """
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return canonical_text(value).encode("utf-8")
 
 
 @dataclass(frozen=True, eq=False)

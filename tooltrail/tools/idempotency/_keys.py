@@ -7,7 +7,6 @@ the key material (the effective snapshot, or an explicit key function's result).
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
 from pydantic import BaseModel
@@ -40,13 +39,7 @@ def canonical_snapshot_text(model: BaseModel) -> str:
     Raises:
         ValueError: the model holds a non-finite float.
     """
-    return json.dumps(
-        model.model_dump(mode="json"),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-    )
+    return canonical_json(model.model_dump(mode="json"))
 
 
 def derive_key(

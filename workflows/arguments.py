@@ -1,0 +1,38 @@
+"""Arguments the workflow refuses before dispatch: what every version of the turn agrees on.
+
+``argument_problem`` (``tooltrail.core.text``) says why a call's arguments cannot be
+dispatched; since the ``tooltrail-finite-arguments`` patch a non-finite number is one of the
+reasons. Python's ``json`` reads the model's ``NaN`` and ``Infinity``, but JSON has no such
+numbers and tooltrail's canonical encoder refuses them: without this check they reached the
+tool's guardrails. Turns recorded before the patch replay as they ran.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+from tooltrail.core.text import (
+    NON_FINITE_ARGUMENTS,
+    argument_problem,
+    holds_non_finite,
+    invalid_arguments,
+)
+
+__all__ = ["FINITE_ARGUMENTS_PATCH", "refused_arguments"]
+
+FINITE_ARGUMENTS_PATCH = "tooltrail-finite-arguments"
+"""``workflow.patched`` id of refusing non-finite numbers in arguments."""
+
+
+def refused_arguments(arguments: dict[str, Any], max_bytes: int) -> str | None:
+    """The soft error text for arguments the turn refuses, or ``None``.
+
+    The patch is asked only when a non-finite number is there, so the histories of every
+    other turn carry no marker.
+    """
+    problem = argument_problem(arguments, max_bytes)
+    if problem is None and holds_non_finite(arguments) and workflow.patched(FINITE_ARGUMENTS_PATCH):
+        return invalid_arguments(NON_FINITE_ARGUMENTS)
+    return problem
