@@ -37,6 +37,7 @@ DOWN_AFTER_FINAL_RECORD_S = 1.0
 MAX_OUTAGE_S = 20.0
 
 
+@pytest.mark.postgres
 async def test_turn_survives_a_database_outage(
     throwaway_pg: ThrowawayPostgres,
     stack: StackFactory,
@@ -129,6 +130,7 @@ OUTAGE_BUG = (
 )
 
 
+@pytest.mark.postgres
 async def test_idempotent_body_spanning_an_outage_runs_once(
     throwaway_pg: ThrowawayPostgres,
     stack: StackFactory,
