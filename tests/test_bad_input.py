@@ -54,6 +54,13 @@ async def double(n: int) -> str:
 
 
 TOOLS = {"echo", "double"}
+PARAMETERS = {"echo": ("text", str), "double": ("n", int)}
+"""Each tool's one parameter and the type it always takes."""
+REFUSALS = {
+    "echo": {"not a valid string"},
+    "double": {"not a valid integer", "not a finite number"},
+}
+"""What each tool's parameter model may say of a value of another type."""
 
 
 @pytest.fixture(
@@ -272,9 +279,18 @@ def check_result(call: ToolCall, result: ToolDispatchResult) -> None:
     elif kind == "prefix":
         assert result.is_error and output.startswith(text), (call.arguments, output)
     elif result.is_error:
-        # The tool was reached: only its guardrails may refuse, and they say why.
-        assert output.startswith("guardrail violation: "), (call.name, output)
-        assert len(output) > len("guardrail violation: ")
+        # The tool was reached. echo and double have no guardrail of their own: only their
+        # parameter model may refuse, naming its one field, and only a value of the wrong type.
+        field, accepted = PARAMETERS[call.name]
+        arguments = parsed_arguments(call)
+        if field not in arguments:
+            assert output == f"guardrail violation: {field}: field required", (call, output)
+        else:
+            assert type(arguments[field]) is not accepted, (call, output)
+            assert output in {f"guardrail violation: {field}: {r}" for r in REFUSALS[call.name]}, (
+                call,
+                output,
+            )
     else:
         value = parsed_arguments(call)["text" if call.name == "echo" else "n"]
         expected = value if call.name == "echo" else str(2 * int(value))
