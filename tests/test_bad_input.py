@@ -101,7 +101,7 @@ async def tt(
 
 HUGE = 100_000
 MAX_SAFE_DEPTH = 150
-"""Deeper arguments hit a known bug (``KNOWN_BUGS`` below): the property stays below."""
+"""The property's deepest arguments; deeper ones are ``FORMERLY_STUCK`` cases below."""
 
 tool_names = st.sampled_from(sorted(TOOLS))
 odd_names = st.one_of(
@@ -434,9 +434,9 @@ EDGE_CASES = {
     "marker-lookalike-id": ToolCall("$tt:h:" + "0" * 32 + ":x", "$tt:h:y", {}),
 }
 
-# Inputs that leave the turn stuck today (workflow task failing forever) or make the client
-# raise. Each is a bug to fix in the workflow or the client; strict, so a fix shows up here.
-KNOWN_BUGS = {
+# Inputs that once left the turn stuck (its workflow task failing forever) or made the client
+# raise, each with what went wrong then; each now ends with a clear result.
+FORMERLY_STUCK = {
     "5000-digit-integer": (
         ToolCall("c", "double", '{"n": 1' + "0" * 5000 + "}"),
         "json.loads raises ValueError (int max_str_digits), not JSONDecodeError: "
@@ -483,11 +483,11 @@ async def test_edge_case_finishes_with_a_clear_result(
 
 
 @pytest.mark.parametrize("dispatch", ["sequential", "parallel"])
-@pytest.mark.parametrize("case", list(KNOWN_BUGS))
+@pytest.mark.parametrize("case", list(FORMERLY_STUCK))
 async def test_formerly_stuck_input_finishes_with_a_clear_result(
     tt: Tooltrail, case: str, dispatch: str
 ) -> None:
-    await run_with_neighbour(tt, KNOWN_BUGS[case][0], dispatch)
+    await run_with_neighbour(tt, FORMERLY_STUCK[case][0], dispatch)
 
 
 # -- duplicate tool_call_ids -------------------------------------------------------------------

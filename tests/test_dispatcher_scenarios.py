@@ -10,8 +10,7 @@ rejections never touching the store.
 
 Note on §5.2: the spec's helper is ``derive_key(tool, arguments, principal=None)``; the product
 offers ``derive_key(tool_name, snapshot_or_model, *, policy, principal_id)``. Scenario 14 tests
-the key through dispatch and through the existing function; the spec's signature is pinned by a
-strict xfail below.
+the key through dispatch and through the existing function.
 """
 
 import asyncio
