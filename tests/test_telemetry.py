@@ -194,9 +194,23 @@ async def test_turn_span_is_the_ancestor_of_one_activity_span_per_attempt(
     assert len({s.context.span_id for s in spans}) == len(spans)
 
 
-def test_tracing_interceptors_default_to_the_global_provider() -> None:
+def test_tracing_interceptors_default_to_the_global_provider(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     [interceptor] = tracing_interceptors()
-    assert interceptor.tracer is not None
+    # The global provider can be set once per process: stand one in where OpenTelemetry's
+    # lookup reads it, installed after the interceptor was built.
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    use_tracer_provider(None)
+    with interceptor.tracer.start_as_current_span("probe"):
+        pass
+    [span] = exporter.get_finished_spans()
+    assert span.name == "probe"
+    assert span.instrumentation_scope is not None
+    assert span.instrumentation_scope.name == "tooltrail"
 
 
 # -- metrics -----------------------------------------------------------------------------------

@@ -11,11 +11,10 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import asyncpg
 import pytest
 from sqlalchemy import select, text
 
-from tests.conftest import POSTGRES_URL, StackFactory, scratch_postgres_database
+from tests.conftest import StackFactory, scratch_postgres_database
 from tests.db.test_trail_runs import _reset_to_first_workflow_task, _version, versioned
 from tooltrail import Host, ToolCall
 from tooltrail.core.wire import TurnOutput
@@ -173,13 +172,9 @@ async def test_the_migration_keeps_old_notes_and_names_their_run_sqlite(tmp_path
 
 
 @pytest.fixture
-async def fresh_postgres() -> AsyncIterator[str]:
-    """An empty PostgreSQL database of this test's own (dropped after it)."""
-    try:
-        admin = await asyncpg.connect(POSTGRES_URL, timeout=5)
-    except (OSError, asyncpg.PostgresError) as exc:
-        pytest.skip(f"PostgreSQL TESTS SKIPPED: {exc}")
-    await admin.close()
+async def fresh_postgres(postgres_server_url: str) -> AsyncIterator[str]:
+    """An empty PostgreSQL database of this test's own (dropped after it); the server is the
+    session's (``postgres_server_url`` decides whether a missing one skips or fails)."""
     async with scratch_postgres_database("tooltrail_mem") as url:
         yield url
 

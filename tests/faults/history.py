@@ -126,8 +126,8 @@ def assert_exactly_once(
 def require(condition: object, message: str) -> None:
     """Fail the test (``pytest.fail``, not ``AssertionError``) unless ``condition`` holds.
 
-    For the preconditions and invariants of a test marked ``xfail(raises=AssertionError)``:
-    their failure must not pass for the known bug the mark describes.
+    For a test's preconditions: their failure says the scenario did not happen as planned,
+    not that the property under test broke.
     """
     if not condition:
         pytest.fail(message)

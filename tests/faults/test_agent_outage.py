@@ -52,6 +52,7 @@ class OutageDuringTheCall(ScriptedModel):
         return await super().complete(request)
 
 
+@pytest.mark.postgres
 async def test_agent_run_rides_out_an_outage_during_the_model_call(
     throwaway_pg: ThrowawayPostgres, stack: StackFactory
 ) -> None:

@@ -29,6 +29,7 @@ BODY_S = 1.0
 DOWN_AFTER_BODY_S = 4.0
 
 
+@pytest.mark.postgres
 async def test_large_output_written_after_an_outage_runs_the_body_once(
     throwaway_pg: ThrowawayPostgres,
     stack: StackFactory,

@@ -37,6 +37,7 @@ DOWN_AFTER_FINAL_RECORD_S = 1.0
 MAX_OUTAGE_S = 20.0
 
 
+@pytest.mark.postgres
 async def test_turn_survives_a_database_outage(
     throwaway_pg: ThrowawayPostgres,
     stack: StackFactory,
@@ -121,14 +122,7 @@ async def test_turn_survives_a_database_outage(
         assert any("memory store failed" in r.getMessage() for r in caplog.records), memory
 
 
-OUTAGE_BUG = (
-    "BUG: an idempotent body that ends while the database is down cannot commit its outcome "
-    "(tooltrail/idempotency.py _complete: 3 tries within ~0.3 s), so the activity fails; "
-    "Temporal's retry then waits for the live owner's lease to lapse (60 s by default), takes "
-    "the key over and runs the body a second time"
-)
-
-
+@pytest.mark.postgres
 async def test_idempotent_body_spanning_an_outage_runs_once(
     throwaway_pg: ThrowawayPostgres,
     stack: StackFactory,
@@ -174,6 +168,7 @@ async def test_idempotent_body_spanning_an_outage_runs_once(
     except AssertionError as exc:
         pytest.fail(f"audit trail: {exc}")
     require(record is not None and record.status == "completed", f"turn row {record}")
-    # The known bug: the body ran a second time.
+    # An outcome that cannot be committed during the outage must not cost a second run of the
+    # body (it once did: the retry took the key over when the owner's lease lapsed).
     starts = [r for r in fault_tools.runs("pay") if r.phase == "start"]
     assert len(starts) == 1, f"the idempotent body ran {len(starts)} times: {body_runs}"

@@ -35,6 +35,7 @@ LOCK_S = 25.0
 over 115 s; with the pause they take a few deadlines and their bodies."""
 
 
+@pytest.mark.postgres
 async def test_tools_go_on_while_the_audit_table_is_locked(
     throwaway_pg: ThrowawayPostgres,
     stack: StackFactory,

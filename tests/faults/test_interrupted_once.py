@@ -3,9 +3,9 @@
 The retried attempt finds the ``body-started`` heartbeat detail of the lost one and answers
 that the call was interrupted. The kill comes at the worst moment the server can see: once the
 heartbeat it recorded no longer carries that detail (or after a few seconds of body time, when
-it always does). ``once`` is a plain tool; ``transfer`` is also idempotent, and the
-idempotency lease renewals heartbeat *without* details, which erases the detail on the server
-(see the xfail reason).
+it always does). ``once`` is a plain tool; ``transfer`` is also idempotent: its lease renewals
+heartbeat too, and every heartbeat carries all of the attempt's details (a renewal without
+them once erased the detail on the server, and the body ran again).
 """
 
 from __future__ import annotations
@@ -34,13 +34,6 @@ BODY_S = 9.0
 # How long to wait for the server to record a heartbeat without the detail before killing
 # anyway (the SDK sends heartbeats at most every 0.8 x the 2 s heartbeat timeout).
 DETAIL_WATCH_S = 5.0
-
-HEARTBEAT_BUG = (
-    "BUG: tooltrail/middleware.py _activity_heartbeat() hands the dispatcher "
-    "`lambda: activity.heartbeat()` (no details); idempotency lease renewals call it while the "
-    "body runs and replace the server's 'body-started' detail, so the retried attempt of a "
-    "retry_on_interrupt=False idempotent tool runs the body again"
-)
 
 
 async def body_started_on_server(handle: WorkflowHandle[object, object]) -> bool | None:

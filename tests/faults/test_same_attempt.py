@@ -100,6 +100,7 @@ async def test_lost_half_open_probe_is_retried_not_refused(
     assert (after.state, after.successes, after.failures) == ("closed", 1, 1)
 
 
+@pytest.mark.postgres
 async def test_journaled_result_is_adopted_by_the_next_worker(
     temporal_env: WorkflowEnvironment,
     throwaway_pg: ThrowawayPostgres,

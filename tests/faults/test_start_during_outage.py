@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.crash, pytest.mark.timeout(150)]
 CALLS = 3
 
 
+@pytest.mark.postgres
 async def test_turn_starts_and_runs_while_the_database_is_down(
     throwaway_pg: ThrowawayPostgres,
     stack: StackFactory,

@@ -19,7 +19,7 @@ from tests.ops.test_encrypted_ops import KEYS, running
 from tests.runtime.test_reconcile import HOST, echo, running_turn, temporal_cli, until_status
 from tests.support.cli_runner import error_lines, run_cli
 from tooltrail import Host, RunConfig, ToolCall, Tooltrail
-from tooltrail.db.orm import AuditEventRow, BlobRow, TurnRow
+from tooltrail.db.orm import AuditEventRow, Base, BlobRow, TurnRow
 from tooltrail.llm.scripted import ScriptedModel, text_response, tool_call_response
 from tooltrail.ops.verify import verify_turn, verify_turns
 from tooltrail.runtime.worker import settings_data_converter
@@ -42,12 +42,13 @@ async def clean_turn(tt: Tooltrail, session_id: str | None = None) -> str:
     return turn.turn_id
 
 
-async def snapshot(tt: Tooltrail) -> list[Any]:
-    """Every turn and audit row of the database, to show verify writes nothing."""
+async def snapshot(tt: Tooltrail) -> dict[str, list[str]]:
+    """Every row of every table of the schema, to show verify writes nothing."""
+    rows: dict[str, list[str]] = {}
     async with tt.store.sessions() as session:
-        turns = (await session.execute(select(TurnRow.__table__))).all()
-        events = (await session.execute(select(AuditEventRow.__table__))).all()
-    return sorted(map(repr, turns)) + sorted(map(repr, events))
+        for table in Base.metadata.sorted_tables:
+            rows[table.name] = sorted(map(repr, (await session.execute(select(table))).all()))
+    return rows
 
 
 async def edit_output(tt: Tooltrail, turn_id: str, call_id: str, output: str) -> None:
@@ -112,7 +113,9 @@ async def test_a_clean_trail_passes_and_edits_deletions_and_statuses_fail(
         assert (missing.tool_call_id, missing.attempt) == ("b", 0)
         # verify wrote nothing along the way (the edits above are the test's own).
         after = await snapshot(tt)
-        assert len(after) == len(before) - 1
+        rows = {table: len(rows) for table, rows in before.items()}
+        rows["audit_event"] -= 1
+        assert {table: len(rows) for table, rows in after.items()} == rows
 
 
 async def test_a_truncated_or_rewritten_trail_breaks_its_anchored_chain(
@@ -169,6 +172,7 @@ async def test_verify_writes_nothing(stack: StackFactory, db_url: str) -> None:
         turn_id = await clean_turn(tt)
         await edit_output(tt, turn_id, "a", "tampered")
         before = await snapshot(tt)
+        assert before["turn"] and before["audit_event"] and before["turn_run"]
         assert not (await tt.verify(turn_id)).ok
         assert not (await tt.verify(f"turn-{uuid.uuid4()}")).checkable
         assert await snapshot(tt) == before

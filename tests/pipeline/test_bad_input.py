@@ -54,6 +54,13 @@ async def double(n: int) -> str:
 
 
 TOOLS = {"echo", "double"}
+PARAMETERS = {"echo": ("text", str), "double": ("n", int)}
+"""Each tool's one parameter and the type it always takes."""
+REFUSALS = {
+    "echo": {"not a valid string"},
+    "double": {"not a valid integer", "not a finite number"},
+}
+"""What each tool's parameter model may say of a value of another type."""
 
 
 @pytest.fixture(
@@ -94,7 +101,7 @@ async def tt(
 
 HUGE = 100_000
 MAX_SAFE_DEPTH = 150
-"""Deeper arguments hit a known bug (``KNOWN_BUGS`` below): the property stays below."""
+"""The property's deepest arguments; deeper ones are ``FORMERLY_STUCK`` cases below."""
 
 tool_names = st.sampled_from(sorted(TOOLS))
 odd_names = st.one_of(
@@ -272,9 +279,18 @@ def check_result(call: ToolCall, result: ToolDispatchResult) -> None:
     elif kind == "prefix":
         assert result.is_error and output.startswith(text), (call.arguments, output)
     elif result.is_error:
-        # The tool was reached: only its guardrails may refuse, and they say why.
-        assert output.startswith("guardrail violation: "), (call.name, output)
-        assert len(output) > len("guardrail violation: ")
+        # The tool was reached. echo and double have no guardrail of their own: only their
+        # parameter model may refuse, naming its one field, and only a value of the wrong type.
+        field, accepted = PARAMETERS[call.name]
+        arguments = parsed_arguments(call)
+        if field not in arguments:
+            assert output == f"guardrail violation: {field}: field required", (call, output)
+        else:
+            assert type(arguments[field]) is not accepted, (call, output)
+            assert output in {f"guardrail violation: {field}: {r}" for r in REFUSALS[call.name]}, (
+                call,
+                output,
+            )
     else:
         value = parsed_arguments(call)["text" if call.name == "echo" else "n"]
         expected = value if call.name == "echo" else str(2 * int(value))
@@ -418,9 +434,9 @@ EDGE_CASES = {
     "marker-lookalike-id": ToolCall("$tt:h:" + "0" * 32 + ":x", "$tt:h:y", {}),
 }
 
-# Inputs that leave the turn stuck today (workflow task failing forever) or make the client
-# raise. Each is a bug to fix in the workflow or the client; strict, so a fix shows up here.
-KNOWN_BUGS = {
+# Inputs that once left the turn stuck (its workflow task failing forever) or made the client
+# raise, each with what went wrong then; each now ends with a clear result.
+FORMERLY_STUCK = {
     "5000-digit-integer": (
         ToolCall("c", "double", '{"n": 1' + "0" * 5000 + "}"),
         "json.loads raises ValueError (int max_str_digits), not JSONDecodeError: "
@@ -467,11 +483,11 @@ async def test_edge_case_finishes_with_a_clear_result(
 
 
 @pytest.mark.parametrize("dispatch", ["sequential", "parallel"])
-@pytest.mark.parametrize("case", list(KNOWN_BUGS))
+@pytest.mark.parametrize("case", list(FORMERLY_STUCK))
 async def test_formerly_stuck_input_finishes_with_a_clear_result(
     tt: Tooltrail, case: str, dispatch: str
 ) -> None:
-    await run_with_neighbour(tt, KNOWN_BUGS[case][0], dispatch)
+    await run_with_neighbour(tt, FORMERLY_STUCK[case][0], dispatch)
 
 
 # -- duplicate tool_call_ids -------------------------------------------------------------------

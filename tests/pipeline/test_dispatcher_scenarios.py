@@ -10,8 +10,7 @@ rejections never touching the store.
 
 Note on §5.2: the spec's helper is ``derive_key(tool, arguments, principal=None)``; the product
 offers ``derive_key(tool_name, snapshot_or_model, *, policy, principal_id)``. Scenario 14 tests
-the key through dispatch and through the existing function; the spec's signature is pinned by a
-strict xfail below.
+the key through dispatch and through the existing function.
 """
 
 import asyncio
@@ -878,14 +877,9 @@ async def test_scenario_26_a_live_claim_is_not_taken_over() -> None:
 # -- 27-29: the durable twist, audit of hits, guardrails before the cache --------------------
 
 
-@pytest.mark.skip(
-    reason="needs Temporal: covered by "
-    "tests/runtime/test_crash.py::test_crash_after_an_idempotent_outcome_committed"
-)
-def test_scenario_27_crash_after_the_outcome_committed() -> None:
-    """Attempt 1 commits its outcome and the worker dies; attempt 2 must be a cache hit."""
-
-
+# Scenario 27 end to end (attempt 1 commits its outcome and the worker dies; attempt 2 must be
+# a cache hit) needs Temporal:
+# tests/runtime/test_crash.py::test_crash_after_an_idempotent_outcome_committed.
 async def test_scenario_27_dispatcher_level_attempt_2_finds_the_outcome() -> None:
     # What the Temporal test checks end to end, at the dispatcher: same call id, attempt 2.
     env = Env(t)

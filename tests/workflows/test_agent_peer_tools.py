@@ -224,6 +224,7 @@ async def test_a_model_turn_does_not_wait_on_a_directory_that_hangs(
     assert READ_DEADLINE_S - 0.5 < took < PEER_OFFER_DEADLINE_S + 1
 
 
+@pytest.mark.postgres
 async def test_publishing_the_registry_does_not_wait_on_a_database_that_hangs(
     temporal_env: WorkflowEnvironment, postgres_url: str
 ) -> None:

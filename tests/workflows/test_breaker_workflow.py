@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
 from sqlalchemy import select
 
 from tests.conftest import StackFactory
@@ -125,6 +126,7 @@ async def test_never_advertised_tools_create_no_ghost_breaker(stack: StackFactor
     assert names == ["svc"]
 
 
+@pytest.mark.postgres
 async def test_two_workers_on_postgresql_agree(stack: StackFactory, postgres_url: str) -> None:
     name = f"svc_{uuid.uuid4().hex[:8]}"
     svc, executions = scripted([False], name=name)
