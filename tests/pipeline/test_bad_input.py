@@ -27,7 +27,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from tooltrail import Host, RunConfig, ToolCall, ToolDispatchResult, Tooltrail, TurnError, tool
-from tooltrail.core.text import not_available
+from tooltrail.core.text import holds_non_finite, not_available
 from tooltrail.db.migrate import upgrade
 from tooltrail.db.store import AuditStore
 from tooltrail.runtime.worker import build_worker
@@ -227,6 +227,9 @@ def expected_outcome(call: ToolCall) -> tuple[str, str]:
     if call.name not in TOOLS:
         return "exact", not_available(call.name)  # the name quoted up to QUOTE_CHARS
     arguments = call.arguments
+    # A dict's NaN or infinity never reaches the workflow (the data converter sends null);
+    # raw text keeps it, and since tooltrail-finite-arguments the turn refuses it.
+    from_text = isinstance(arguments, str)
     if isinstance(arguments, str):
         if not arguments.strip():
             return "tool", ""
@@ -246,6 +249,8 @@ def expected_outcome(call: ToolCall) -> tuple[str, str]:
             "exact",
             "invalid arguments: contains text that is not valid Unicode (a lone surrogate)",
         )
+    if from_text and holds_non_finite(arguments):
+        return "exact", "invalid arguments: NaN and Infinity are not JSON numbers"
     return "tool", ""
 
 
