@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from tooltrail.activities.local_only import refuse_unless_local
 from tooltrail.activities.recorder import Recorder
 from tooltrail.core.wire import AUDIT_RECORD, SESSION_CLEANUP, CloseSessionInput, RecordTurn
 from tooltrail.tools.scratch import ScratchDirs
@@ -27,7 +28,12 @@ class AuditActivities:
 
         With ``must_persist`` (the end of a turn) a database error propagates, so Temporal
         retries the write; otherwise it is logged and the workflow sends the records again.
+
+        Raises:
+            ApplicationError: scheduled as a regular activity (by a foreign workflow: every
+                tooltrail workflow writes its trail through a local activity).
         """
+        refuse_unless_local(AUDIT_RECORD)
         flush = inp.flush
         if not flush.run_id:
             # The run writes its own branch of the trail (a reset's run never overwrites the

@@ -17,6 +17,7 @@ from typing import Any
 
 from temporalio import activity
 
+from tooltrail.activities.local_only import refuse_unless_local
 from tooltrail.core.results import ToolCall
 from tooltrail.core.wire import (
     TURN_PREPARE,
@@ -112,7 +113,12 @@ class TurnPlanner:
 
     @activity.defn(name=TURN_PREPARE)
     async def prepare(self, inp: PrepareTurn) -> TurnPlan:
-        """Plan a standalone turn, with its session's state as the previous turn saved it."""
+        """Plan a standalone turn, with its session's state as the previous turn saved it.
+
+        Raises:
+            ApplicationError: scheduled as a regular activity (not by a tooltrail turn).
+        """
+        refuse_unless_local(TURN_PREPARE)
         peers = None
         if inp.advertised is None and self.directory is not None:
             peers = await self.directory.peer_tools()

@@ -14,7 +14,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, assert_never
 
@@ -33,6 +33,8 @@ from tooltrail.core.hooks import (
     run_pre_hooks,
 )
 from tooltrail.core.memoize import MemoEntry, MemoizingMiddleware, with_cached_marker
+from tooltrail.core.proofs import check_approval_proof
+from tooltrail.core.signatures import arguments_digest
 from tooltrail.core.text import (
     BREAKER_OPEN,
     MEMORY_FIELD_LIMIT,
@@ -224,6 +226,7 @@ class ToolActivities:
         dispatcher: ToolDispatcher | None = None,
         worker_identity: str = "",
         directory: RegistryDirectory | None = None,
+        worker_keys: Mapping[str, bytes] | None = None,
     ) -> None:
         """Wire the registry, the audit recorder and the scratch directories.
 
@@ -242,6 +245,8 @@ class ToolActivities:
             worker_identity: this worker's Temporal identity, named on attempt records.
             directory: the registries of the worker's task queue; an attempt of a tool this
                 worker lacks and a live peer has is refused for that peer (``_route``).
+            worker_keys: the deployment's worker keys, which check the approval proof of an
+                attempt that skips the pre-tool hooks (``tooltrail.core.proofs``).
         """
         self.registry = registry
         self.recorder = recorder
@@ -255,6 +260,7 @@ class ToolActivities:
         self.worker_identity = worker_identity
         self.directory = directory
         self._routes_warned: set[tuple[str, str]] = set()
+        self.worker_keys = dict(worker_keys or {})
 
     @activity.defn(name=TOOL_EXECUTE)
     async def execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
@@ -417,7 +423,7 @@ class ToolActivities:
         self, inp: ExecuteAttempt, journal: AttemptJournal
     ) -> HookRefused | HooksPassed | ShadowServed | BreakerRefused | None:
         """Pre hooks, then the breaker gate; an answer if the body must not run."""
-        if self.hooks and not inp.skip_pre_hooks:
+        if self.hooks and not self._approved(inp):
             decision = await run_pre_hooks(
                 self.hooks,
                 PreToolUseContext(
@@ -450,6 +456,44 @@ class ToolActivities:
         ):
             return BreakerRefused()
         return None
+
+    def _approved(self, inp: ExecuteAttempt) -> bool:
+        """Whether the attempt may skip the pre-tool hooks: a proven approval of its call.
+
+        A local activity comes from the workflow code of this worker, which asked for the
+        skip only after taking up an approval. A regular one may come from any workflow of
+        the namespace: it skips the hooks only with a proof made under the worker key for
+        the Temporal run that scheduled it (``activity.info()``, set by the server), this
+        call and these arguments. Anything else runs the hooks, as if no approval was said.
+        """
+        if not inp.skip_pre_hooks:
+            return False
+        info = activity.info()
+        if info.is_local:
+            return True
+        try:
+            digest = arguments_digest(inp.arguments)
+        except ValueError:
+            digest = ""
+        if check_approval_proof(
+            self.worker_keys,
+            inp.approval_proof,
+            workflow_id=info.workflow_id or "",
+            run_id=info.workflow_run_id or "",
+            tool_call_id=inp.tool_call_id,
+            arguments_sha256=digest,
+        ):
+            return True
+        log.warning(
+            "call %r of tool %r asks to skip the pre-tool hooks without a valid approval "
+            "proof for workflow %r run %r (a foreign workflow, or workers with different "
+            "TOOLTRAIL_WORKER_KEYs): the hooks run",
+            inp.tool_call_id,
+            inp.tool_name,
+            info.workflow_id,
+            info.workflow_run_id,
+        )
+        return False
 
     async def _shadow_attempt(self, inp: ExecuteAttempt) -> ShadowServed:
         def soft(text: str) -> ShadowServed:

@@ -14,9 +14,11 @@ PostgreSQL or the outage tests' server binaries are missing, and every skip that
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import errno
 import os
+import secrets
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator
@@ -34,6 +36,13 @@ from tooltrail.db.store import AuditStore
 from tooltrail.runtime.embedded import start_dev_server, start_time_skipping_server
 from tooltrail.runtime.worker import build_worker
 from tooltrail.tools.scratch import ScratchDirs
+
+# Every worker of the suite (in process and in subprocesses, which inherit it) shares one
+# worker key, as a deployment's workers do; tests of a worker without one pass
+# ``Host(worker_keys={})``.
+os.environ.setdefault(
+    "TOOLTRAIL_WORKER_KEY", "suite:" + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
+)
 
 POSTGRES_URL = os.environ.get(
     "TOOLTRAIL_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"

@@ -271,6 +271,13 @@ class Settings(BaseSettings):
     """The PEM private key ``tooltrail approve``/``deny`` sign with (``--key``)."""
     approver_name: str | None = None
     """The approver name ``tooltrail approve``/``deny`` sign as (``--by``)."""
+    worker_key: SecretStr | None = None
+    """The workers' shared HMAC keys, ``kid1:base64key,kid2:base64key`` (32 bytes or more
+    each); the first makes proofs, all check them (``tooltrail.core.proofs``). A worker proves
+    the approvals it takes up to the worker that runs the call with it; without one it refuses
+    approvals. The embedded stack (``tooltrail.local``) makes its own."""
+    worker_key_file: Path | None = None
+    """A file holding ``worker_key``'s value (read when ``worker_key`` is unset)."""
 
     # -- model endpoints -------------------------------------------------------------------
     openai_base_url: str = "https://api.openai.com/v1"
@@ -354,6 +361,7 @@ class Settings(BaseSettings):
         "temporal_api_key",
         "codec_keys",
         "codec_server_token",
+        "worker_key",
         "openai_api_key",
         "anthropic_api_key",
     )
@@ -369,6 +377,15 @@ class Settings(BaseSettings):
     def _codec_keys_parse(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:
             parse_codec_keys(value.get_secret_value())
+        return value
+
+    @field_validator("worker_key")
+    @classmethod
+    def _worker_key_parse(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            from tooltrail.core.proofs import parse_worker_keys
+
+            parse_worker_keys(value.get_secret_value())
         return value
 
     @field_validator("codec_key_id")
@@ -436,6 +453,30 @@ class Settings(BaseSettings):
                 raise ConfigurationError(f"approver {name!r} is configured twice")
             found.update(parsed)
         return found
+
+    def worker_key_ring(self) -> dict[str, bytes]:
+        """The worker keys by id, the one that makes proofs first; empty when none is set.
+
+        Raises:
+            ConfigurationError: a malformed key, or an unreadable key file.
+        """
+        from tooltrail.core.proofs import parse_worker_keys
+
+        source, text = "TOOLTRAIL_WORKER_KEY", ""
+        if self.worker_key is not None:
+            text = self.worker_key.get_secret_value()
+        elif self.worker_key_file is not None:
+            source = str(self.worker_key_file)
+            try:
+                text = self.worker_key_file.read_text("utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigurationError(
+                    f"cannot read the worker key file {source}: {exc}"
+                ) from None
+        try:
+            return parse_worker_keys(text)
+        except ValueError as exc:
+            raise ConfigurationError(f"{source}: {exc}") from None
 
     def codec_key_ring(self) -> dict[str, bytes]:
         """Return the codec keys by id, the active one first; empty without ``codec_keys``.

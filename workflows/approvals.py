@@ -4,9 +4,12 @@ A ``Block`` is the answer. An ``Ask`` is refused in a non-interactive turn; in a
 interactive one the call is parked until a human answers through the turn's ``approval``
 Update (or the timeout passes), with the trail written first so the human can read it.
 With approvers configured (``HostFeatures.approvers``) an answer must carry a signed
-statement that verifies against one of them, for this turn, this call and the arguments
-about to run, unexpired and not used before: the Update's validator refuses anything else
-with a reason, so a refused answer never enters the history and the call keeps waiting.
+statement that verifies against one of them, for this turn (and run, when it names one), this
+call and the arguments about to run, unexpired and not used before: the Update's validator
+refuses anything else with a reason, so a refused answer never enters the history and the call
+keeps waiting. An accepted approval is then taken up by the worker (``tooltrail.approval.proof``,
+a local activity): a signed one once across every run of the turn, and proven to the worker
+that runs the call, so a namespace client cannot skip the hooks with a flag.
 Deterministic code only.
 """
 
@@ -18,16 +21,32 @@ from typing import Any
 from temporalio import workflow
 
 from tooltrail.core.hooks import HookDecision, expired_ask_text, headless_ask_text
+from tooltrail.core.proofs import signature_fingerprint
 from tooltrail.core.results import ToolCall
 from tooltrail.core.signatures import arguments_digest, check_approval
-from tooltrail.core.wire import ApprovalInput, PendingApproval
+from tooltrail.core.wire import (
+    APPROVAL_PROOF,
+    ApprovalInput,
+    ApprovalProofOutcome,
+    ApprovalProofRequest,
+    PendingApproval,
+)
 from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
 
-__all__ = ["ASK_EXPIRES_PATCH", "Approvals", "approval_rejection", "take_answer"]
+__all__ = [
+    "APPROVAL_PROOF_PATCH",
+    "ASK_EXPIRES_PATCH",
+    "Approvals",
+    "approval_rejection",
+    "take_answer",
+]
 
 ASK_EXPIRES_PATCH = "ask-expires-in"
 """``workflow.patched`` id of an ``Ask`` with its own deadline."""
+APPROVAL_PROOF_PATCH = "tooltrail-approval-proof"
+"""``workflow.patched`` id of taking up an approval on the worker (``tooltrail.approval.proof``)
+before the call runs."""
 
 
 class Approvals:
@@ -63,8 +82,13 @@ class Approvals:
                     text = headless_ask_text(hook.text)
                     payload["outcome"] = "refused (no answer in time)"
                 elif answer.approved:
-                    text = None
-                    payload.update(outcome="approved", by=answer.by)
+                    refused = await self._prove(call, arguments, answer)
+                    if refused is None:
+                        text = None
+                        payload.update(outcome="approved", by=answer.by)
+                    else:
+                        text = f"approval rejected: {refused}"
+                        payload.update(outcome="refused (approval not taken up)", reason=text)
                 else:
                     text = answer.reason or f"denied by {answer.by or 'a reviewer'}"
                     payload.update(outcome="denied", by=answer.by, reason=answer.reason)
@@ -73,6 +97,33 @@ class Approvals:
                     payload["signed"] = answer.signed.model_dump(mode="json")
         self._trail.emit("hook_decision", payload, call_id=call.id, tool=tool_name, attempt=attempt)
         return text
+
+    async def _prove(
+        self, call: ToolCall, arguments: dict[str, Any], answer: ApprovalInput
+    ) -> str | None:
+        """Take up an approval on the worker and keep its proof; why not, if it refuses.
+
+        The worker records a signed approval's use across every run of the turn (a copied
+        Update counts once) and proves the approval to the worker that runs the call, which
+        otherwise runs the pre-tool hooks again (``tooltrail.core.proofs``). Histories from
+        before the proof have no marker: they take the approval as they did.
+        """
+        if not workflow.patched(APPROVAL_PROOF_PATCH):
+            return None
+        signed = answer.signed if self._state.plan.features.approvers else None
+        outcome: ApprovalProofOutcome = await workflow.execute_local_activity(
+            APPROVAL_PROOF,
+            ApprovalProofRequest(
+                tool_call_id=call.id,
+                arguments_sha256=_digest(arguments) or "",
+                signature=None if signed is None else signed.signature,
+            ),
+            result_type=ApprovalProofOutcome,
+            start_to_close_timeout=timedelta(seconds=30),
+        )
+        if outcome.refused is None:
+            self._state.approval_proofs[call.id] = outcome.proof
+        return outcome.refused
 
     async def _await(
         self, call: ToolCall, tool_name: str, arguments: dict[str, Any], hook: HookDecision
@@ -145,6 +196,7 @@ def approval_rejection(state: TurnState, answer: ApprovalInput) -> str | None:
         arguments=pending.arguments,
         now=workflow.now(),
         used=state.used_signatures,
+        run_id=workflow.info().run_id,
     )
     if reason is None and (signed.statement.decision == "approve") != answer.approved:
         reason = f"the signed decision is {signed.statement.decision!r}, the answer's is not"
@@ -155,7 +207,7 @@ def take_answer(state: TurnState, answer: ApprovalInput) -> None:
     """Take up an answer the validator accepted; a signed one speaks for itself."""
     signed = answer.signed
     if signed is not None and state.plan.features.approvers:
-        state.used_signatures.add(signed.signature)
+        state.used_signatures.add(signature_fingerprint(signed.signature) or signed.signature)
         statement = signed.statement
         answer = answer.model_copy(update={"by": statement.approver, "reason": statement.reason})
     state.answers[answer.tool_call_id] = answer

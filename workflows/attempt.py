@@ -438,6 +438,7 @@ class CallPipeline:
             arguments=arguments,
             attempt=attempt,
             skip_pre_hooks=skip_pre_hooks,
+            approval_proof=self._state.approval_proofs.get(call.id, "") if skip_pre_hooks else "",
             hooks_only=hooks_only,
             turn_number=self._state.session_version,
             memo=memo,

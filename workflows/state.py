@@ -83,7 +83,10 @@ class TurnState:
     answers: dict[str, ApprovalInput] = field(default_factory=dict)
     """Approvals received and not yet taken up, by call id."""
     used_signatures: set[str] = field(default_factory=set)
-    """Signatures of the signed approvals this turn took up (a second use is a replay)."""
+    """Fingerprints (``signature_fingerprint``) of the signed approvals this turn took up (a
+    second use is a replay)."""
+    approval_proofs: dict[str, str] = field(default_factory=dict)
+    """The worker's proof of each call's approval, by call id (``tooltrail.core.proofs``)."""
     conversation: ConversationAppend | None = None
     """An agent turn's tool results for its run's conversation (with the final record)."""
     inline_used: int = 0

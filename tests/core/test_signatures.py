@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from tooltrail.core.proofs import signature_fingerprint
 from tooltrail.core.signatures import (
     ApprovalStatement,
     SignedApproval,
@@ -153,7 +154,44 @@ def test_replay_onto_another_call_another_turn_or_twice() -> None:
     signed = sign_statement(statement(), ALICE)
     assert check(signed, tool_call_id="c2") == "the approval is for call 'c1', not 'c2'"
     assert check(signed, turn_id="t2") == "the approval is for turn 't1', not 't2'"
-    assert check(signed, used={signed.signature}) == "this signed approval was already used"
+    used = {signature_fingerprint(signed.signature)}
+    assert check(signed, used=used) == "this signed approval was already used"
+
+
+def test_one_signature_has_one_spelling() -> None:
+    """The 16 base64 spellings of a 64-byte signature are one signature, and only the
+    canonical one is accepted (a "used" set keyed by text would count each once)."""
+    signed = sign_statement(statement(), ALICE)
+    raw = base64.b64decode(signed.signature)
+    last = signed.signature[-3]
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    base = alphabet.index(last) & ~0b1111
+    spellings = [signed.signature[:-3] + alphabet[base + low] + "==" for low in range(16)]
+    assert all(base64.b64decode(text) == raw for text in spellings)
+    assert {signature_fingerprint(text) for text in spellings} == {
+        signature_fingerprint(signed.signature)
+    }
+    refused = [text for text in spellings if text != signed.signature]
+    assert len(refused) == 15
+    for text in refused:
+        other = SignedApproval(statement=signed.statement, signature=text)
+        assert check(other) == "the signature is not in canonical base64"
+
+
+def test_a_statement_that_names_a_run_holds_only_there() -> None:
+    signed = sign_statement(statement(run_id="run-1"), ALICE)
+    assert check(signed, run_id="run-1") is None
+    assert check(signed, run_id="run-2") == (
+        "the approval is for run 'run-1' of the turn, not 'run-2'"
+    )
+    # The run is signed: a statement whose run was changed afterwards reads as forged.
+    moved = SignedApproval(
+        statement=signed.statement.model_copy(update={"run_id": "run-2"}),
+        signature=signed.signature,
+    )
+    assert check(moved, run_id="run-2") == (
+        "the signature does not verify with approver 'alice''s key"
+    )
 
 
 def test_a_denials_reason_is_signed() -> None:

@@ -321,6 +321,7 @@ PINNED_DEFAULTS: dict[str, dict[str, Any]] = {
         "attempt": 0,
         "turn_number": 0,
         "skip_pre_hooks": False,
+        "approval_proof": "",
         "large_output_bytes": 262144,
         "hooks_only": False,
         "shadow": False,

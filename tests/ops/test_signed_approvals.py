@@ -268,9 +268,11 @@ def test_approvers_come_from_wiring_or_settings(
 # -- the command line ---------------------------------------------------------------------
 
 
-async def cli(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+async def cli(
+    args: list[str], tmp_path: Path, *, input: str | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
     """Run ``tooltrail`` in a thread, so the worker of this process keeps working."""
-    return await asyncio.to_thread(run_cli, args, tmp_path, **env)
+    return await asyncio.to_thread(run_cli, args, tmp_path, input=input, **env)
 
 
 def one_error(done: subprocess.CompletedProcess[str], text: str) -> None:
@@ -305,20 +307,33 @@ async def test_cli_keygen_signed_approve_and_history(
         stranger = generate_approver_key()
         write_approver_key(stranger, tmp_path / "stranger.key")
         stranger_args = ["approve", turn_id, "c1", "--key", str(tmp_path / "stranger.key")]
-        stranger_args += ["--by", "ops"]
+        stranger_args += ["--by", "ops", "--yes"]
         forged = await cli(
             [*stranger_args, *address, *db],
             tmp_path,
         )
         one_error(forged, "the signature does not verify with approver 'ops''s key")
         assert paid == []
+        # The approver is shown what the signature approves, and asked; "no" signs nothing.
+        declined = await cli(
+            ["approve", turn_id, "c1", *address, *db],
+            tmp_path,
+            input="n\n",
+            TOOLTRAIL_APPROVER_KEY=str(key_file),
+            TOOLTRAIL_APPROVER_NAME="ops",
+        )
+        one_error(declined, "not signed: call 'c1' keeps waiting")
+        assert '"amount": 3.0' in declined.stdout and '"to": "x"' in declined.stdout
+        assert paid == []
         signed = await cli(
             ["approve", turn_id, "c1", *address, *db],
             tmp_path,
+            input="y\n",
             TOOLTRAIL_APPROVER_KEY=str(key_file),
             TOOLTRAIL_APPROVER_NAME="ops",
         )
         assert signed.returncode == 0, signed.stderr
+        assert '"amount": 3.0' in signed.stdout
         assert "(signed by ops)" in signed.stdout
         await handle.result()
     assert paid == [{"to": "x", "amount": 3.0}]

@@ -671,6 +671,16 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
             approvers={"recorder": public_key_text(RECORDER_KEY)},
         ),
     ),
+    # The same approvals taken up and proven by the worker (tooltrail-approval-proof).
+    "approval_proof": (hooks_and_approval, Host(TOOLS, hooks=[Gatekeeper()])),
+    "signed_approval_proof": (
+        signed_approval,
+        Host(
+            TOOLS,
+            hooks=[Gatekeeper()],
+            approvers={"recorder": public_key_text(RECORDER_KEY)},
+        ),
+    ),
     "batched_audit": (batched_audit, Host(TOOLS, reflector=AlwaysRecoverable())),
     "model_turn": (model_turn, Host(TOOLS, model=agent_model())),
     "model_turn_local_model": (local_model_turn, Host(TOOLS, model=agent_model())),

@@ -7,6 +7,7 @@ sign with an approver's key, which ``approvers keygen`` makes.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Callable
 from datetime import datetime
@@ -143,27 +144,31 @@ def approve(
     ] = None,
     key: KeyOption = None,
     expires_in: ExpiresOption = 900,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Sign without asking (the arguments are shown).")
+    ] = False,
     temporal_address: AddressOption = None,
     database_url: DatabaseOption = None,
 ) -> None:
     """Approve a call of an interactive turn that a hook parked with Ask.
 
-    With --key the approval is signed for this turn, this call and the arguments it waits
-    with; a turn whose workers have approvers configured accepts nothing else.
+    With --key the approval is signed for this turn, its run, this call and the arguments it
+    waits with, which are shown first (and confirmed, unless --yes); a turn whose workers have
+    approvers configured accepts nothing else.
     """
     from datetime import timedelta
 
     who = _approver(by, key)
     validity = timedelta(seconds=expires_in)
-    run_command(
-        _answer(
-            turn_id,
-            call_id,
-            temporal_address,
-            lambda h: h.approve(call_id, by=who, key=key, expires_in=validity),
-            database_url,
-        )
-    )
+
+    async def answer(handle: Any) -> None:
+        if key is None:
+            await handle.approve(call_id, by=who)
+            return
+        arguments = await _reviewed(handle, call_id, yes)
+        await handle.approve(call_id, by=who, key=key, expires_in=validity, arguments=arguments)
+
+    run_command(_answer(turn_id, call_id, temporal_address, answer, database_url))
     signed = f" (signed by {who})" if key is not None else ""
     console.print(Text(f"approved {call_id} of {turn_id}{signed}"), soft_wrap=True)
 
@@ -198,6 +203,31 @@ def deny(
     )
     signed = f" (signed by {who})" if key is not None else ""
     console.print(Text(f"denied {call_id} of {turn_id}{signed}"), soft_wrap=True)
+
+
+async def _reviewed(handle: Any, call_id: str, yes: bool) -> dict[str, Any]:
+    """Show what a signature would approve and ask; the arguments it binds to.
+
+    The signature binds the exact arguments the call waits with: the approver sees them (as
+    JSON with every non-ASCII and control character escaped, so a model's text cannot hide a
+    part of them from the terminal) before anything is signed.
+
+    Raises:
+        CommandError: the call does not wait, or the approver said no.
+    """
+    pending = {p.tool_call_id: p for p in await handle.pending_approvals()}
+    waiting = pending.get(call_id)
+    if waiting is None:
+        names = ", ".join(sorted(pending)) or "none"
+        raise CommandError(f"call {call_id!r} is not waiting for approval (waiting: {names})")
+    shown = json.dumps(waiting.arguments, ensure_ascii=True, sort_keys=True, indent=2)
+    console.print(Text(f"tool: {json.dumps(waiting.tool_name, ensure_ascii=True)}"))
+    console.print(Text(f"question: {json.dumps(waiting.question, ensure_ascii=True)}"))
+    console.print(Text(f"arguments (what the signature approves):\n{shown}"), soft_wrap=True)
+    if not yes and not typer.confirm("Sign this approval?", default=False):
+        raise CommandError(f"not signed: call {call_id!r} keeps waiting")
+    arguments: dict[str, Any] = waiting.arguments
+    return arguments
 
 
 def _duration(seconds: float) -> str:
@@ -288,6 +318,7 @@ def approvals(
     table.add_column("waiting", justify="right", no_wrap=True)
     table.add_column("deadline", no_wrap=True)
     table.add_column("question", overflow="fold")
+    table.add_column("arguments", overflow="fold")
     for item in pending:
         age = "" if item.asked_at is None else _duration((now - item.asked_at).total_seconds())
         deadline = ""
@@ -302,6 +333,8 @@ def approvals(
             age,
             deadline,
             Text(preview(item.question, 200)),
+            # What an approval would let run: JSON, every control and non-ASCII escaped.
+            Text(preview(json.dumps(item.arguments, ensure_ascii=True, sort_keys=True), 400)),
         )
     print_table(console, table)
 

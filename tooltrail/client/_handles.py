@@ -272,9 +272,13 @@ class TurnHandle:
             digest = arguments_digest(arguments)
         except ValueError as exc:
             raise ConfigurationError(f"the arguments cannot be signed: {exc}") from None
+        # The run that waits: a copy of the statement is worth nothing in a new run of the
+        # same workflow id (the turn's validator compares it with its own run).
+        run_id = (await self._handle.describe()).run_id
         statement = ApprovalStatement(
             approver=answer.by,
             turn_id=self.turn_id,
+            run_id=run_id,
             tool_call_id=answer.tool_call_id,
             arguments_sha256=digest,
             decision="approve" if answer.approved else "deny",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -107,6 +108,11 @@ async def local(
             client=embedded_client,
         ) as deployment:
             wired, client, store = deployment.host, deployment.client, deployment.store
+            if worker and not wired.worker_key_ring():
+                # The embedded stack's own worker key: its one worker makes and checks every
+                # approval proof, so nothing needs setting up (workers started elsewhere
+                # against this server need TOOLTRAIL_WORKER_KEY like any deployment's).
+                wired.worker_keys = {"embedded": secrets.token_bytes(32)}
             scratch = ScratchDirs(wired.scratch_base, enabled=wired.managed_scratch)
             tt = Tooltrail(client, wired, task_queue=task_queue, store=store)
             try:

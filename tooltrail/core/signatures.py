@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, field_validator
 
+from tooltrail.core.proofs import signature_fingerprint
 from tooltrail.core.text import canonical_json
 
 __all__ = [
@@ -63,6 +64,11 @@ class ApprovalStatement(BaseModel):
     tool_call_id: str
     arguments_sha256: str
     """``arguments_digest`` of the arguments the approver saw."""
+    run_id: str | None = None
+    """The Temporal run of the turn the approver answered (``tooltrail approve`` names it): a
+    statement copied into a new run of the same workflow id is refused there. ``None`` (a
+    statement signed before runs were named) binds no run; the single-use record across runs
+    (``approval_use``) still refuses its second use."""
     decision: Literal["approve", "deny"]
     reason: str | None = None
     """A denial's reason (the model reads it), signed with the rest."""
@@ -88,6 +94,9 @@ class ApprovalStatement(BaseModel):
             "tool_call_id": self.tool_call_id,
             "turn_id": self.turn_id,
         }
+        if self.run_id is not None:
+            # Only when set: statements signed without it keep verifying.
+            fields["run_id"] = self.run_id
         return STATEMENT_DOMAIN + canonical_arguments(fields)
 
 
@@ -146,6 +155,10 @@ def signature_problem(signed: SignedApproval, approvers: Mapping[str, str]) -> s
         signature = base64.b64decode(signed.signature, validate=True)
     except (binascii.Error, ValueError):
         return "the signature is not base64"
+    if base64.b64encode(signature).decode("ascii") != signed.signature:
+        # One spelling per signature: base64 has 16 of 64 bytes (the unused bits of the last
+        # character), and a second spelling must not pass for a second signature.
+        return "the signature is not in canonical base64"
     if not ed25519_verify(decode_public_key(key), statement.canonical(), signature):
         return f"the signature does not verify with approver {statement.approver!r}'s key"
     return None
@@ -160,6 +173,7 @@ def check_approval(
     arguments: Mapping[str, Any],
     now: datetime,
     used: Collection[str] = (),
+    run_id: str | None = None,
 ) -> str | None:
     """Check a signed approval against the call it answers; the reason it fails, or ``None``.
 
@@ -173,7 +187,10 @@ def check_approval(
         tool_call_id: the call that waits.
         arguments: the arguments the call runs with if approved.
         now: the current time (workflow time inside a workflow).
-        used: signatures this turn already took up (a second use is a replay).
+        used: ``signature_fingerprint``s of the signatures this turn already took up (a
+            second use is a replay).
+        run_id: the Temporal run the call waits in; a statement that names another run is
+            refused (``None``: not checked).
     """
     statement = signed.statement
     forged = signature_problem(signed, approvers)
@@ -181,6 +198,8 @@ def check_approval(
         return forged
     if statement.turn_id != turn_id:
         return f"the approval is for turn {statement.turn_id!r}, not {turn_id!r}"
+    if statement.run_id is not None and run_id is not None and statement.run_id != run_id:
+        return f"the approval is for run {statement.run_id!r} of the turn, not {run_id!r}"
     if statement.tool_call_id != tool_call_id:
         return f"the approval is for call {statement.tool_call_id!r}, not {tool_call_id!r}"
     try:
@@ -192,7 +211,7 @@ def check_approval(
     if now >= statement.expires_at:
         expired = statement.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")
         return f"the approval expired at {expired}"
-    if signed.signature in used:
+    if signature_fingerprint(signed.signature) in used:
         return "this signed approval was already used"
     return None
 

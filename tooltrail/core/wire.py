@@ -26,6 +26,7 @@ from tooltrail.core.signatures import SignedApproval
 
 __all__ = [
     "ACCESS_AUTHORIZE",
+    "APPROVAL_PROOF",
     "ATTEMPT_OUTCOME",
     "AUDIT_RECORD",
     "MODEL_TURN",
@@ -41,6 +42,8 @@ __all__ = [
     "AgentRunInput",
     "AgentRunOutput",
     "ApprovalInput",
+    "ApprovalProofOutcome",
+    "ApprovalProofRequest",
     "AttemptOutcome",
     "AttemptResult",
     "AuditEvent",
@@ -104,6 +107,9 @@ ACCESS_AUTHORIZE = "tooltrail.access.authorize"
 """Activity: the worker's access gate answers a preflight (``Tooltrail.authorize_tool``)."""
 TURN_PREPARE = "tooltrail.turn.prepare"
 """Activity (local): plan a standalone turn where the tools live (``TurnPlan``)."""
+APPROVAL_PROOF = "tooltrail.approval.proof"
+"""Activity (local only): take up an accepted approval (a signed one once across the runs of
+its turn) and prove it to the worker that runs the call (``tooltrail.core.proofs``)."""
 TRAIL_HEAD_MEMO = "tooltrail.trail_head"
 """The memo key where a turn that ends without a result (failed, cancelled) anchors its
 run's hash chain head (``TurnOutput.trail_head`` is the completed turns' anchor)."""
@@ -407,7 +413,11 @@ class ExecuteAttempt(BaseModel):
     """The turn's number in its session (how many turns saved the session's state before
     it), for the hooks' contexts (spec §7)."""
     skip_pre_hooks: bool = False
-    """True when a human already approved this attempt (interactive ``Ask``)."""
+    """True when a human already approved this attempt (interactive ``Ask``). Honoured by a
+    regular activity only with a valid ``approval_proof``: otherwise the hooks run."""
+    approval_proof: str = ""
+    """The worker's proof of the approval (``tooltrail.core.proofs.approval_proof``), bound
+    to the run, the call and its arguments."""
     large_output_bytes: int = LARGE_OUTPUT_BYTES
     """Outputs above this size are stored in the database, not returned (0: never). The
     default is ``RunConfig``'s, so the common case costs no history bytes."""
@@ -600,6 +610,24 @@ class ApprovalInput(BaseModel):
     signed: SignedApproval | None = None
     """The approver's signed statement; required when the deployment has approvers, and
     then ``approved``, ``by`` and ``reason`` are the statement's."""
+
+
+class ApprovalProofRequest(BaseModel):
+    """Input of ``tooltrail.approval.proof``: an approval the turn's validator accepted."""
+
+    tool_call_id: str
+    arguments_sha256: str
+    """``arguments_digest`` of the arguments the call runs with."""
+    signature: str | None = None
+    """The signed statement's signature (signed approvals: used once across runs)."""
+
+
+class ApprovalProofOutcome(BaseModel):
+    """The proof of an approval, or why the worker refuses to take it up."""
+
+    proof: str = ""
+    refused: str | None = None
+    """The reason (the approval was used by another run, or the worker holds no key)."""
 
 
 class PendingApproval(BaseModel):

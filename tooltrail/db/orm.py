@@ -292,6 +292,23 @@ class ApprovalRejectionRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class ApprovalUseRow(Base):
+    """A signed approval a turn took up: a signature counts once across all runs.
+
+    The turn's own run keeps the signatures it took up too, but a new run of the same
+    workflow id starts with none; this row is what refuses a copied approval there.
+    """
+
+    __tablename__ = "approval_use"
+
+    signature_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    """SHA-256 of the decoded signature bytes (one row per signature, however spelled)."""
+    turn_id: Mapped[str] = mapped_column(SafeText)
+    run_id: Mapped[str] = mapped_column(String(255))
+    tool_call_id: Mapped[str] = mapped_column(SafeText)
+    used_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class RunForkRow(Base):
     """An agent run forked from another run's conversation (``Tooltrail.fork_agent``).
 

@@ -12,6 +12,7 @@ from tooltrail.core.breaker import CircuitBreaker
 from tooltrail.core.memoize import MemoizingMiddleware
 from tooltrail.core.messages import ModelClient
 from tooltrail.core.planner import CallVerdict
+from tooltrail.core.proofs import WORKER_KEY_MIN_BYTES
 from tooltrail.core.recovery import NoopReflector, Reflector
 from tooltrail.core.results import ToolCall
 from tooltrail.core.signatures import decode_public_key
@@ -46,6 +47,7 @@ class Host:
         hook_timeout_s: float = 30.0,
         model: ModelClient | None = None,
         approvers: Mapping[str, str] | None = None,
+        worker_keys: Mapping[str, bytes] | None = None,
     ) -> None:
         """Wire a host.
 
@@ -67,6 +69,9 @@ class Host:
             approvers: approvers whose signed approvals the turns accept, name to base64
                 Ed25519 public key; ``None`` takes them from the settings
                 (``TOOLTRAIL_APPROVERS``, ``TOOLTRAIL_APPROVERS_FILE``), ``{}`` means none.
+            worker_keys: the workers' shared HMAC keys by id, the first makes proofs
+                (``tooltrail.core.proofs``); ``None`` takes them from the settings
+                (``TOOLTRAIL_WORKER_KEY``, ``TOOLTRAIL_WORKER_KEY_FILE``).
 
         Raises:
             ConfigurationError: an approver's key is not a base64 Ed25519 public key.
@@ -95,6 +100,15 @@ class Host:
                 except ValueError as exc:
                     raise ConfigurationError(f"approver {name!r}: {exc}") from None
                 self.approvers[name] = key.strip()
+        self.worker_keys: dict[str, bytes] | None = None
+        if worker_keys is not None:
+            self.worker_keys = dict(worker_keys)
+            for kid, secret in self.worker_keys.items():
+                if not kid or "." in kid or len(secret) < WORKER_KEY_MIN_BYTES:
+                    raise ConfigurationError(
+                        f"worker key {kid!r}: an id without '.' and at least "
+                        f"{WORKER_KEY_MIN_BYTES} bytes are needed"
+                    )
 
     @classmethod
     def coerce(cls, value: Host | ToolRegistry | Iterable[Tool]) -> Host:
@@ -110,6 +124,16 @@ class Host:
         if self.approvers is not None:
             return dict(self.approvers)
         return Settings().approver_keys()
+
+    def worker_key_ring(self) -> dict[str, bytes]:
+        """The worker keys: the wiring's, or else the settings' (empty: none).
+
+        Raises:
+            ConfigurationError: the settings name a key that cannot be used.
+        """
+        if self.worker_keys is not None:
+            return dict(self.worker_keys)
+        return Settings().worker_key_ring()
 
     def verdicts(self, calls: Sequence[ToolCall]) -> list[CallVerdict]:
         """Evaluate each tool's concurrency declaration on its call's arguments.

@@ -21,6 +21,7 @@ from tooltrail.activities import (
     SessionActivities,
     ToolActivities,
 )
+from tooltrail.activities.approval_proof import ApprovalProofActivities
 from tooltrail.activities.authorize import AuthorizeActivities
 from tooltrail.activities.catalog import CatalogActivities
 from tooltrail.activities.conversation import ConversationActivities
@@ -165,6 +166,13 @@ def build_worker(
         catalog=host.registry.openai_tools,
     )
     identity = worker_options.pop("identity", None) or worker_identity(directory.fingerprint)
+    worker_keys = host.worker_key_ring()
+    if not worker_keys:
+        logger.warning(
+            "this worker holds no worker key (TOOLTRAIL_WORKER_KEY): the approvals of its "
+            "interactive turns are refused, since it could not prove them to the worker "
+            "that runs the call"
+        )
     tools = ToolActivities(
         host.registry,
         recorder,
@@ -178,6 +186,7 @@ def build_worker(
         # The identity Temporal knows the worker by.
         worker_identity=identity,
         directory=directory,
+        worker_keys=worker_keys,
     )
     audit = AuditActivities(recorder)
     planner = TurnPlanner(host, store, directory)
@@ -232,6 +241,7 @@ def build_worker(
             sessions.cleanup,
             recovery.reflect,
             planner.prepare,
+            ApprovalProofActivities(store, worker_keys).prove,
             CatalogActivities(host, directory).catalog,
             AuthorizeActivities(dispatcher).authorize,
             *extra_activities,
