@@ -8,7 +8,7 @@ constraint may). Both on a throwaway database of the test's own.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,19 +22,16 @@ from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker import Interceptor, UnsandboxedWorkflowRunner, Worker
 
 from tests.conftest import scratch_postgres_database
-from tooltrail import Host, tool
 from tooltrail.activities import AuditActivities
 from tooltrail.activities.tool_execution import Recorder
 from tooltrail.core.wire import AUDIT_RECORD, AuditEvent, Flush, RecordTurn
 from tooltrail.db.engine import normalize_url
 from tooltrail.db.migrate import upgrade
 from tooltrail.db.store import AuditStore
-from tooltrail.runtime.clean_failures import clean_database_error
-from tooltrail.runtime.worker import build_worker
-from tooltrail.tools.scratch import ScratchDirs
+from tooltrail.runtime.clean_failures import CleanDatabaseErrors, clean_database_error
 
 SECRET = f"card-{uuid.uuid4().hex}"
 
@@ -160,80 +157,62 @@ def test_only_database_errors_are_replaced_and_verdicts_are_kept() -> None:
 
 @workflow.defn(sandboxed=False)
 class RecordOnce:
-    """Runs the audit activity once, on another queue, and returns its failure's text."""
+    """Runs the audit activity once (a local activity, as every tooltrail workflow does:
+    the activity refuses a regular task) and returns its failure's text."""
 
     @workflow.run
-    async def run(self, task_queue: str, flush: Flush) -> str:
+    async def run(self, flush: Flush) -> str:
         try:
-            await workflow.execute_activity(
+            await workflow.execute_local_activity(
                 AUDIT_RECORD,
                 RecordTurn(flush=flush, must_persist=True),
-                task_queue=task_queue,
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(maximum_attempts=1),
             )
-        except ActivityError as failure:
-            cause = failure.cause
+        except (ActivityError, ApplicationError) as failure:
+            # A local activity's failure arrives as the activity's own error.
+            cause = failure.cause if isinstance(failure, ActivityError) else failure
             return cause.message if isinstance(cause, ApplicationError) else str(cause)
         return "written"
 
 
-@tool
-def nothing() -> str:
-    """Do nothing."""
-    return ""
-
-
-WorkerFactory = Callable[[Client, AuditStore, str], Worker]
-
-
-async def record_once(client: Client, make_worker: WorkerFactory, url: str) -> tuple[str, bytes]:
-    activity_queue = f"tq-audit-{uuid.uuid4()}"
-    workflow_queue = f"tq-record-{uuid.uuid4()}"
+async def record_once(
+    client: Client, interceptors: list[Interceptor], url: str
+) -> tuple[str, bytes]:
+    queue = f"tq-record-{uuid.uuid4()}"
     store = AuditStore(url)
     try:
-        async with (
-            make_worker(client, store, activity_queue),
-            Worker(
-                client,
-                task_queue=workflow_queue,
-                workflows=[RecordOnce],
-                workflow_runner=UnsandboxedWorkflowRunner(),
-            ),
+        async with Worker(
+            client,
+            task_queue=queue,
+            workflows=[RecordOnce],
+            activities=[AuditActivities(Recorder(store)).record],
+            interceptors=interceptors,
+            workflow_runner=UnsandboxedWorkflowRunner(),
         ):
             handle = await client.start_workflow(
                 RecordOnce.run,
-                args=[activity_queue, secret_flush()],
+                args=[secret_flush()],
                 id=f"record-{uuid.uuid4()}",
-                task_queue=workflow_queue,
+                task_queue=queue,
             )
             said = await handle.result()
             history = await handle.fetch_history()
     finally:
         await store.close()
-    # The activity's input holds the secret (no codec here); its failure must not.
-    [failed] = [
-        e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
-    ]
-    return said, failed.activity_task_failed_event_attributes.failure.SerializeToString()
+    # The local activity's failure is in its marker; it must not hold the secret.
+    [failed] = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
+    return said, failed.SerializeToString()
 
 
 @pytest.mark.parametrize("worker", ["tooltrail", "plain"])
 async def test_the_audit_activity_fails_without_the_data_it_was_writing(
-    temporal_env: WorkflowEnvironment, refusing_url: str, tmp_path: Path, worker: str
+    temporal_env: WorkflowEnvironment, refusing_url: str, worker: str
 ) -> None:
-    def tooltrail_worker(client: Client, store: AuditStore, queue: str) -> Worker:
-        return build_worker(
-            client, Host([nothing]), task_queue=queue, store=store, scratch=ScratchDirs(tmp_path)
-        )
-
-    def plain_worker(client: Client, store: AuditStore, queue: str) -> Worker:
-        # The control: tooltrail's audit activity on a worker without its interceptor.
-        activities = AuditActivities(Recorder(store))
-        return Worker(client, task_queue=queue, activities=[activities.record])
-
-    factory = tooltrail_worker if worker == "tooltrail" else plain_worker
-    said, failure = await record_once(temporal_env.client, factory, refusing_url)
+    # tooltrail's workers install CleanDatabaseErrors first (build_worker); "plain" is the
+    # control without it.
+    interceptors: list[Interceptor] = [CleanDatabaseErrors()] if worker == "tooltrail" else []
+    said, failure = await record_once(temporal_env.client, interceptors, refusing_url)
     if worker == "tooltrail":
         assert said.startswith(f"database error in {AUDIT_RECORD}: "), said
         assert SECRET not in said

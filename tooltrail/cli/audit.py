@@ -17,6 +17,7 @@ from tooltrail.cli._shared import (
     console,
     error_line,
     fail,
+    load_host,
     resolve_database_url,
     run_command,
     temporal_client,
@@ -284,12 +285,33 @@ def audit_verify(
         str | None, typer.Option(help="Every turn started at or after (ISO time).")
     ] = None,
     limit: Annotated[int, typer.Option(help="At most this many turns.")] = 1000,
+    tools: Annotated[
+        str | None,
+        typer.Option(
+            "--tools",
+            envvar="TOOLTRAIL_TOOLS",
+            help=(
+                "MODULE:ATTR naming the workers' Host: its RedactingMiddleware rules redact "
+                "the inputs Temporal ran before they are compared with the trail's."
+            ),
+        ),
+    ] = None,
     temporal_address: AddressOption = None,
     database_url: DatabaseOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Check turns' trails against Temporal's histories; exit 1 on a mismatch, 2 unchecked."""
+    """Check turns' trails against Temporal's histories; exit 1 on a mismatch, 2 unchecked.
+
+    With --session or --since the turns are those the audit database lists and those
+    Temporal's visibility lists, so a turn deleted from the database is reported, not skipped.
+    """
     from tooltrail.ops.verify import verify_turn, verify_turns
+    from tooltrail.pipeline.middleware import RedactingMiddleware
+
+    redactors = []
+    if tools is not None:
+        host = load_host(tools)
+        redactors = [m for m in host.middleware if isinstance(m, RedactingMiddleware)]
 
     if (turn_id is None) == (session is None and since is None):
         raise typer.BadParameter("give a TURN, or --session S and/or --since T")
@@ -300,7 +322,9 @@ def audit_verify(
         # Signed approvals are re-checked against the approvers configured in the settings.
         approvers = Settings().approver_keys()
         if turn_id is not None:
-            return [await verify_turn(client, store, turn_id, approvers=approvers)]
+            return [
+                await verify_turn(client, store, turn_id, approvers=approvers, redactors=redactors)
+            ]
         return await verify_turns(
             client,
             store,
@@ -308,6 +332,7 @@ def audit_verify(
             since=started_since,
             limit=limit,
             approvers=approvers,
+            redactors=redactors,
         )
 
     try:

@@ -52,6 +52,7 @@ from tooltrail.ops.forks import start_fork
 from tooltrail.ops.reruns import RecordedTurn, RerunReport, compare, load_turn
 from tooltrail.ops.verify import VerifyReport, verify_turn
 from tooltrail.pipeline.host import Host
+from tooltrail.pipeline.middleware import RedactingMiddleware
 from tooltrail.runtime.reconciler import ReconcileReport, reconcile
 from tooltrail.runtime.versioning import eager_start_allowed
 from tooltrail.tools import UnknownToolError
@@ -653,10 +654,16 @@ class Tooltrail:
         The report's ``ok`` is True when they agree; each ``problems`` entry has a ``kind``
         and a ``detail`` (see ``tooltrail.ops.verify``). ``checkable`` is False when the turn
         could not be checked (unknown turn, history deleted by retention, no codec keys).
-        Signed approvals are re-checked against the host's approvers.
+        Signed approvals are re-checked against the host's approvers, and the inputs Temporal
+        ran are redacted with the host's ``RedactingMiddleware`` rules before they are compared
+        with the trail's (which stores them redacted).
         """
         return await verify_turn(
-            self.client, self.store, turn_id, approvers=self.host.approver_keys()
+            self.client,
+            self.store,
+            turn_id,
+            approvers=self.host.approver_keys(),
+            redactors=[m for m in self.host.middleware if isinstance(m, RedactingMiddleware)],
         )
 
     async def approval_history(

@@ -9,11 +9,21 @@ server. ``verify`` fetches the history and checks that the trail says what it sa
   output's digest travels in the history; its text is read back from ``blob``);
 - the turn's final status is the one Temporal closed the workflow with;
 - the records' ``seq`` run 0, 1, 2, ... with no hole (a deleted record leaves one);
+- the records checked are those of the run Temporal names (the latest of the workflow id),
+  not of the run the turn's row names (``run_mismatch``); records under a run id Temporal
+  does not know for the workflow id are a problem (``unknown_run``);
+- each such record's input is the input Temporal ran the attempt with (``input_mismatch``);
 - every run's hash chain holds (``tooltrail.core.chain``), and the latest run's ends at the head
   the run anchored in its history: a completed turn's result (``TurnOutput.trail_head``), a
   failed or cancelled turn's memo (``TRAIL_HEAD_MEMO``), agent runs' turns included; so a
   trail cut short at its end is caught too (``VerifyReport.anchor`` says where, or that the
-  run has no anchor: running, terminated, timed out, or recorded before its anchor existed).
+  run has no anchor: running, terminated, timed out, or recorded before its anchor existed);
+- every head a write of the run returned (the result of each ``tooltrail.audit.record``
+  local activity, which its marker keeps in the history) is the digest of one of the run's
+  records (``anchor_mismatch``): SHA-256 is unkeyed, so an edit with the chain recomputed
+  holds on its own, but not against the heads Temporal kept, in the middle of a terminated
+  or timed-out run as much as at the end of a completed one, and a run whose records were
+  all deleted fails it too.
 
 Problems are mismatches, except ``unknown_turn``, ``history_gone`` and ``undecodable``: the
 turn cannot be checked (nothing of it anywhere; Temporal deleted its history by retention;
@@ -29,8 +39,8 @@ after the last write of such a turn are legitimately absent).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, computed_field
@@ -41,9 +51,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tooltrail.core.envelopes import open_outcome
 from tooltrail.core.results import Part
-from tooltrail.core.text import render_text, stable_hash
+from tooltrail.core.text import canonical_json, render_text, stable_hash
 from tooltrail.core.wire import (
     ATTEMPT_OUTCOME,
+    AUDIT_RECORD,
     TOOL_EXECUTE,
     TRAIL_HEAD_MEMO,
     AuditEvent,
@@ -51,15 +62,20 @@ from tooltrail.core.wire import (
     ExecuteAttempt,
     Ran,
     ShadowServed,
+    TurnInput,
     TurnOutput,
+    TurnRecord,
 )
 from tooltrail.db.store import AuditStore
 from tooltrail.ops.approval_history import approval_history
+from tooltrail.pipeline.middleware import RedactingMiddleware
+from tooltrail.pipeline.redaction import redact_value
 
 __all__ = [
     "CANNOT_CHECK",
     "Problem",
     "VerifyReport",
+    "temporal_turns",
     "verify_turn",
     "verify_turns",
 ]
@@ -84,8 +100,11 @@ class Problem(BaseModel):
     """One disagreement between the trail and the history (or why there was no check)."""
 
     kind: str
-    """``missing_record``, ``output_mismatch``, ``status_mismatch``, ``seq_gap``,
-    ``missing_turn_row``, ``chain_broken`` (a run's hash chain, ``tooltrail.core.chain``),
+    """``missing_record``, ``output_mismatch``, ``input_mismatch``, ``status_mismatch``,
+    ``seq_gap``, ``missing_turn_row``, ``run_mismatch``, ``unknown_run``, ``chain_broken`` (a
+    run's hash chain, ``tooltrail.core.chain``), ``anchor_mismatch`` (a head Temporal kept that
+    no record has), ``missing_turn`` (a turn Temporal has for the session or time range that
+    the database lacks),
     ``signature_invalid`` (a signed approval that no longer verifies); or,
     when the turn cannot be checked, ``unknown_turn``, ``history_gone``, ``undecodable``."""
     detail: str
@@ -153,6 +172,30 @@ async def _history(client: Client, turn_id: str) -> tuple[str, WorkflowHistory] 
             return None
         raise
     return run_id, history
+
+
+async def _write_heads(client: Client, events: list[HistoryEvent]) -> list[tuple[int, str]]:
+    """The chain heads the run's audit writes returned, with their marker's event id.
+
+    ``tooltrail.audit.record`` runs as a local activity and returns the digest of the last
+    record it wrote; its marker keeps that result in the history, where the database cannot
+    change it.
+    """
+    heads: list[tuple[int, str]] = []
+    for event in events:
+        if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
+            continue
+        details = event.marker_recorded_event_attributes.details
+        data, result = details.get("data"), details.get("result")
+        if data is None or result is None or not data.payloads or not result.payloads:
+            continue
+        (meta,) = await client.data_converter.decode(list(data.payloads), [dict])
+        if not isinstance(meta, dict) or meta.get("activity_type") != AUDIT_RECORD:
+            continue
+        (value,) = await client.data_converter.decode(list(result.payloads), [object])
+        if isinstance(value, str) and value:
+            heads.append((event.event_id, value))
+    return heads
 
 
 async def _completed_attempts(
@@ -230,6 +273,7 @@ async def verify_turn(
     turn_id: str,
     *,
     approvers: Mapping[str, str] | None = None,
+    redactors: Sequence[RedactingMiddleware] = (),
 ) -> VerifyReport:
     """Check one turn's trail against Temporal's history of its workflow (latest run).
 
@@ -241,6 +285,9 @@ async def verify_turn(
         turn_id: the turn.
         approvers: the configured approvers (name to base64 public key); when given, every
             signed approval in the trail is re-checked against them (``signature_invalid``).
+        redactors: the host's ``RedactingMiddleware`` layers: the trail stores inputs
+            redacted, so the history's are redacted alike before they are compared (without
+            them, a redacted input reads as ``input_mismatch``).
 
     Raises:
         RPCError: Temporal could not answer (other than "not found").
@@ -251,11 +298,11 @@ async def verify_turn(
         report.problems.append(Problem(kind="unknown_turn", turn_id=turn_id, detail=detail))
         return report
     row = await store.turn(turn_id)
-    trail = await store.events(turn_id)
+    stored = await store.events(turn_id, all_runs=True)
     report.trail_status = row.status if row is not None else None
     found = await _history(client, turn_id)
     if found is None:
-        if row is None and not trail:
+        if row is None and not stored:
             detail = "no such turn: neither the audit database nor Temporal has it"
             report.problems.append(Problem(kind="unknown_turn", turn_id=turn_id, detail=detail))
         else:
@@ -276,6 +323,7 @@ async def verify_turn(
     try:
         attempts, closed = await _completed_attempts(client, events)
         anchor = await _trail_head(client, events)
+        written = await _write_heads(client, events)
     except Exception as exc:  # a codec without the keys, a payload of another converter
         detail = (
             f"the history's payloads cannot be decoded here ({type(exc).__name__}): give this "
@@ -287,6 +335,13 @@ async def verify_turn(
     head = None
     if anchor is not None:
         head, report.anchor = anchor
+    # The records of the run Temporal names, whatever the turn's row says (a row pointed at
+    # a made-up run would otherwise choose which records are checked); records written
+    # before runs were named have no run id and stand for the run.
+    trail = [e for e in stored if e.run_id == report.run_id]
+    if not trail:
+        trail = [e for e in stored if not e.run_id]
+    report.problems.extend(await _run_problems(client, turn_id, report.run_id, row, stored))
     if row is None:
         report.problems.append(
             Problem(
@@ -310,18 +365,51 @@ async def verify_turn(
                 ),
             )
         )
+    checked, problems = _attempt_problems(
+        turn_id, attempts, trail, closed in _BY_ITS_OWN_CODE, redactors
+    )
+    report.attempts_checked = checked
+    report.problems.extend(problems)
+    report.problems.extend(_head_problems(turn_id, report.run_id, trail, written, head))
+    report.problems.extend(_seq_problems(turn_id, trail))
+    report.problems.extend(await _chain_problems(store, turn_id, report.run_id, head))
+    if approvers:
+        report.problems.extend(_signature_problems(turn_id, trail, approvers))
+    return report
+
+
+def _attempt_problems(
+    turn_id: str,
+    attempts: list[_Attempt],
+    trail: list[AuditEvent],
+    whole: bool,
+    redactors: Sequence[RedactingMiddleware] = (),
+) -> tuple[int, list[Problem]]:
+    """Each completed attempt against its ``tool_post``: present, same input, same output.
+
+    Args:
+        turn_id: the turn.
+        attempts: the history's completed tool attempts.
+        trail: the run's records.
+        whole: the run closed by its own code, so every record must be there.
+        redactors: the host's redacting layers (the trail's inputs are stored redacted).
+
+    Returns:
+        How many attempts were checked, and the problems found.
+    """
+    checked = 0
+    problems: list[Problem] = []
     posts = {
         (event.tool_call_id, event.attempt): event for event in trail if event.kind == "tool_post"
     }
-    whole = closed in _BY_ITS_OWN_CODE
     for attempt in attempts:
         request = attempt.request
-        report.attempts_checked += 1
+        checked += 1
         where = f"call {request.tool_call_id!r} attempt {request.attempt}"
         post = posts.get((request.tool_call_id, request.attempt))
         if post is None:
             if whole:
-                report.problems.append(
+                problems.append(
                     Problem(
                         kind="missing_record",
                         turn_id=turn_id,
@@ -331,13 +419,24 @@ async def verify_turn(
                     )
                 )
             continue
+        input_problem = _input_problem(request, post, redactors)
+        if input_problem is not None:
+            problems.append(
+                Problem(
+                    kind="input_mismatch",
+                    turn_id=turn_id,
+                    tool_call_id=request.tool_call_id,
+                    attempt=request.attempt,
+                    detail=f"{where}: {input_problem}",
+                )
+            )
         if not attempt.compare:
             continue  # a breaker refusal: nothing ran, its record is there
-        stored = output_digest(post.payload.get("output"))
+        stored_digest = output_digest(post.payload.get("output"))
         recorded = post.payload.get("result_hash")
         expected = attempt.digest
-        if stored != expected or recorded != expected:
-            report.problems.append(
+        if stored_digest != expected or recorded != expected:
+            problems.append(
                 Problem(
                     kind="output_mismatch",
                     turn_id=turn_id,
@@ -345,15 +444,120 @@ async def verify_turn(
                     attempt=request.attempt,
                     detail=(
                         f"{where}: Temporal returned an output with digest {expected}; the "
-                        f"trail's output has digest {stored} (recorded {recorded})"
+                        f"trail's output has digest {stored_digest} (recorded {recorded})"
                     ),
                 )
             )
-    report.problems.extend(_seq_problems(turn_id, trail))
-    report.problems.extend(await _chain_problems(store, turn_id, report.run_id, head))
-    if approvers:
-        report.problems.extend(_signature_problems(turn_id, trail, approvers))
-    return report
+    return checked, problems
+
+
+def _input_problem(
+    request: ExecuteAttempt, post: AuditEvent, redactors: Sequence[RedactingMiddleware]
+) -> str | None:
+    """How the record's call differs from the attempt Temporal ran, or ``None``.
+
+    The trail stores inputs redacted by the host's ``RedactingMiddleware`` rules: the
+    history's arguments are redacted with the same rules before they are compared.
+    """
+    recorded = post.payload.get("input")
+    try:
+        ran = canonical_json(redact_value(request.arguments, redactors))
+        said = canonical_json(recorded)
+    except ValueError:  # a value JSON cannot carry: compare as Python values
+        ran, said = repr(request.arguments), repr(recorded)
+    if ran != said:
+        return (
+            f"Temporal ran it with arguments of digest {stable_hash(ran)}; the trail's "
+            f"tool_post records arguments of digest {stable_hash(said)}"
+        )
+    tool = post.payload.get("tool")
+    if tool is not None and tool != request.tool_name:
+        return f"Temporal ran tool {request.tool_name!r}; the trail records {tool!r}"
+    return None
+
+
+async def _run_problems(
+    client: Client,
+    turn_id: str,
+    run_id: str | None,
+    row: TurnRecord | None,
+    stored: list[AuditEvent],
+) -> list[Problem]:
+    """The turn's row and records against the runs Temporal has for the workflow id."""
+    problems: list[Problem] = []
+    if row is not None and row.run_id and row.run_id != run_id:
+        problems.append(
+            Problem(
+                kind="run_mismatch",
+                turn_id=turn_id,
+                detail=(
+                    f"the turn's row names run {row.run_id!r}; Temporal's latest run of the "
+                    f"turn is {run_id!r} (its records are the ones checked)"
+                ),
+            )
+        )
+    named = {e.run_id for e in stored if e.run_id and e.run_id != run_id}
+    if not named:
+        return problems
+    known = await _known_runs(client, turn_id)
+    for other in sorted(named - known):
+        count = sum(1 for e in stored if e.run_id == other)
+        problems.append(
+            Problem(
+                kind="unknown_run",
+                turn_id=turn_id,
+                detail=(
+                    f"{count} record(s) under run {other!r}, which Temporal does not know for "
+                    "this workflow id"
+                ),
+            )
+        )
+    return problems
+
+
+async def _known_runs(client: Client, turn_id: str) -> set[str]:
+    """Every run Temporal's visibility lists for the workflow id (open and closed)."""
+    quoted = turn_id.replace("\\", "\\\\").replace("'", "\\'")
+    runs: set[str] = set()
+    async for execution in client.list_workflows(f"WorkflowId = '{quoted}'"):
+        runs.add(execution.run_id)
+    return runs
+
+
+def _head_problems(
+    turn_id: str,
+    run_id: str | None,
+    trail: list[AuditEvent],
+    written: list[tuple[int, str]],
+    head: str | None,
+) -> list[Problem]:
+    """Each head Temporal kept for the run that no record of the run has as its digest."""
+    digests = {e.digest for e in trail if e.digest}
+    problems: list[Problem] = []
+    # The anchor itself (the last write's head, too) is the chain's check, which says how
+    # the end differs (``_chain_problems``); here only when no record of the run is left.
+    expected = [
+        (f"the write at history event {event_id}", value)
+        for event_id, value in written
+        if value != head
+    ]
+    if head and not trail:
+        expected.append(("the run's anchor", head))
+    for where, value in expected:
+        if value not in digests:
+            problems.append(
+                Problem(
+                    kind="anchor_mismatch",
+                    turn_id=turn_id,
+                    detail=(
+                        f"run {run_id}: {where} returned chain head {value[:16]}..., which no "
+                        f"record of the run has ({len(trail)} record(s)): records were "
+                        "edited, added or deleted after they were written"
+                    ),
+                )
+            )
+            break  # one is enough to say so; the others follow from it
+    return problems
 
 
 def _signature_problems(
@@ -424,12 +628,70 @@ async def verify_turns(
     since: datetime | None = None,
     limit: int = 1000,
     approvers: Mapping[str, str] | None = None,
+    redactors: Sequence[RedactingMiddleware] = (),
 ) -> list[VerifyReport]:
     """Verify the turns of a session, or started since a time (newest first).
 
-    A session id no turn can have (empty, with a NUL, too long) matches no turn.
+    The turns are those the database lists *and* those Temporal's visibility lists
+    (``temporal_turns``): a turn deleted from the database is verified all the same (and
+    reported, ``missing_turn_row``) instead of skipped. A session id no turn can have
+    (empty, with a NUL, too long) matches no turn.
     """
     if session_id is not None and not _possible_id(session_id):
         return []
     turns = await store.turns(session_id=session_id, since=since, limit=limit)
-    return [await verify_turn(client, store, turn.turn_id, approvers=approvers) for turn in turns]
+    ids = [turn.turn_id for turn in turns]
+    for turn_id in await temporal_turns(client, session_id=session_id, since=since, limit=limit):
+        if turn_id not in ids:
+            ids.append(turn_id)
+    return [
+        await verify_turn(client, store, turn_id, approvers=approvers, redactors=redactors)
+        for turn_id in ids[:limit]
+    ]
+
+
+async def temporal_turns(
+    client: Client,
+    *,
+    session_id: str | None = None,
+    since: datetime | None = None,
+    limit: int = 1000,
+) -> list[str]:
+    """The turns Temporal has (visibility), newest first: of a session, started since a time.
+
+    Visibility cannot filter on the session (it is in the turn's input, not a search
+    attribute), so each candidate's first history event is read for it; ``since`` narrows
+    the candidates on the server. A turn whose input cannot be decoded here is listed (its
+    verification then says why it cannot be checked).
+    """
+    query = "WorkflowType = 'TurnWorkflow'"
+    if since is not None:
+        moment = since.astimezone(UTC) if since.tzinfo else since.replace(tzinfo=UTC)
+        query += f" AND StartTime >= '{moment.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}'"
+    seen: set[str] = set()
+    found: list[str] = []
+    async for execution in client.list_workflows(query):
+        if execution.id in seen:
+            continue  # an older run of a turn already listed
+        seen.add(execution.id)
+        if session_id is not None:
+            theirs = await _session_of(client, execution.id, execution.run_id)
+            if theirs is not None and theirs != session_id:
+                continue
+        found.append(execution.id)
+        if len(found) >= limit:
+            break
+    return found
+
+
+async def _session_of(client: Client, turn_id: str, run_id: str) -> str | None:
+    """The session a turn's input names; ``None`` when it cannot be read here."""
+    handle = client.get_workflow_handle(turn_id, run_id=run_id)
+    try:
+        async for event in handle.fetch_history_events(page_size=1):
+            started = event.workflow_execution_started_event_attributes
+            (inp,) = await client.data_converter.decode(list(started.input.payloads), [TurnInput])
+            return str(inp.session_id)
+    except Exception:  # a codec without keys, a history gone meanwhile: list it anyway
+        return None
+    return None
