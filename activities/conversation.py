@@ -101,7 +101,13 @@ class ConversationActivities:
 
         The answer comes with the worker's plan of its tool calls, and the session's saved
         state (read with the conversation) in the plan.
+
+        Raises:
+            ApplicationError: (non-retryable) an interactive turn while the workers of the
+                queue disagree on approvers (``TurnPlanner.agree_on_approvers``).
         """
+        if inp.interactive and self.planner is not None:
+            await self.planner.agree_on_approvers()
         phase = inp.phase
         answer_seq = phase.start_seq + len(phase.new_messages)
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from tooltrail.activities.local_only import refuse_unless_local
 from tooltrail.core.results import ToolCall
@@ -119,6 +120,8 @@ class TurnPlanner:
             ApplicationError: scheduled as a regular activity (not by a tooltrail turn).
         """
         refuse_unless_local(TURN_PREPARE)
+        if inp.interactive:
+            await self.agree_on_approvers()
         peers = None
         if inp.advertised is None and self.directory is not None:
             peers = await self.directory.peer_tools()
@@ -128,6 +131,30 @@ class TurnPlanner:
         if not inp.shadow:  # a shadow starts from the original turn's state, saves nothing
             plan.session = await self._session_state(inp.session_id)
         return plan
+
+    async def agree_on_approvers(self) -> None:
+        """Refuse an interactive turn while the workers of the queue disagree on approvers.
+
+        A worker without approvers among workers with them would take an unsigned answer
+        for a turn the others hold to signatures (and the other way round): it says so and
+        plans no interactive turn until they agree.
+
+        Raises:
+            ApplicationError: (non-retryable) a live peer has another approver set.
+        """
+        if self.directory is None:
+            return
+        others = await self.directory.approver_conflicts()
+        if not others:
+            return
+        mine = self.directory.approvers or "none"
+        text = (
+            f"the workers of task queue {self.directory.task_queue!r} disagree on their "
+            f"approvers: this worker has {mine}, {', '.join(others)} another; interactive turns "
+            "are refused until every worker has the same TOOLTRAIL_APPROVERS"
+        )
+        log.warning("%s", text)
+        raise ApplicationError(text, type="ApproversDisagree", non_retryable=True)
 
     async def _session_state(self, session_id: str) -> SessionState:
         """The session's state; a fresh one if the database cannot be reached in time.

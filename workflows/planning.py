@@ -64,6 +64,7 @@ class Planning:
                     advertised=inp.advertised,
                     parallel=inp.config.dispatch == "parallel",
                     shadow=inp.shadow is not None,
+                    interactive=inp.config.interactive,
                 ),
                 result_type=TurnPlan,
                 start_to_close_timeout=timedelta(seconds=60),
@@ -88,6 +89,7 @@ class Planning:
             verdicts=state.input.config.dispatch == "parallel",
             advertised=state.input.advertised,
             session_id=state.input.session_id,
+            interactive=state.input.config.interactive,
         )
         try:
             if phase.local:

@@ -26,13 +26,21 @@ __all__ = [
     "PROOF_DOMAIN",
     "WORKER_KEY_MIN_BYTES",
     "approval_proof",
+    "approvers_fingerprint",
     "check_approval_proof",
+    "check_row_mac",
     "parse_worker_keys",
+    "row_mac",
     "signature_fingerprint",
+    "tie_break",
 ]
 
 PROOF_DOMAIN = b"tooltrail approval proof v1\n"
 """Prefix of the MAC'd bytes: a MAC over them means nothing anywhere else."""
+ROW_DOMAIN = b"tooltrail directory row v1\n"
+"""Prefix of a published row's MAC'd bytes."""
+TIE_DOMAIN = b"tooltrail tie break v1\n"
+"""Prefix of the keyed order among peers."""
 WORKER_KEY_MIN_BYTES = 32
 """The shortest worker key accepted (HMAC-SHA256's block of entropy)."""
 
@@ -73,16 +81,56 @@ def parse_worker_keys(text: str) -> dict[str, bytes]:
     return keys
 
 
-def _mac(key: bytes, workflow_id: str, run_id: str, tool_call_id: str, digest: str) -> str:
-    # Length-prefixed fields: no choice of ids can make two different tuples MAC alike.
-    message = PROOF_DOMAIN + b"".join(
+def _hmac(key: bytes, domain: bytes, fields: tuple[str, ...]) -> str:
+    # Length-prefixed fields: no choice of values can make two different tuples MAC alike.
+    message = domain + b"".join(
         len(part).to_bytes(4, "big") + part
-        for part in (
-            field.encode("utf-8", "surrogatepass")
-            for field in (workflow_id, run_id, tool_call_id, digest)
-        )
+        for part in (field.encode("utf-8", "surrogatepass") for field in fields)
     )
     return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def _mac(key: bytes, workflow_id: str, run_id: str, tool_call_id: str, digest: str) -> str:
+    return _hmac(key, PROOF_DOMAIN, (workflow_id, run_id, tool_call_id, digest))
+
+
+def row_mac(keys: Mapping[str, bytes], *fields: str) -> str:
+    """A worker's MAC over a row it publishes (the registry directory): ``kid.hexmac``.
+
+    Empty when there is no key (a row without a MAC is ignored by peers).
+    """
+    if not keys:
+        return ""
+    kid, key = next(iter(keys.items()))
+    return f"{kid}.{_hmac(key, ROW_DOMAIN, fields)}"
+
+
+def check_row_mac(keys: Mapping[str, bytes], mac: str, *fields: str) -> bool:
+    """Whether ``mac`` is one of ``keys``' over exactly these fields."""
+    kid, dot, value = mac.partition(".")
+    key = keys.get(kid)
+    if not dot or key is None:
+        return False
+    return hmac.compare_digest(_hmac(key, ROW_DOMAIN, fields), value)
+
+
+def tie_break(keys: Mapping[str, bytes], *fields: str) -> str:
+    """An order among peers that no peer can choose: a keyed digest of the fields.
+
+    Sorting candidates by it (rather than by a fingerprint a peer picks with its tool set)
+    spreads the choice in a way only a holder of the worker key could steer.
+    """
+    if not keys:
+        return "|".join(fields)
+    return _hmac(next(iter(keys.values())), TIE_DOMAIN, fields)
+
+
+def approvers_fingerprint(approvers: Mapping[str, str]) -> str:
+    """A short digest of an approver set (names and keys); empty for none (unsigned)."""
+    if not approvers:
+        return ""
+    text = "\n".join(f"{name}:{approvers[name]}" for name in sorted(approvers))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
 def approval_proof(

@@ -293,6 +293,8 @@ class PrepareTurn(BaseModel):
     """Judge the calls for parallel waves."""
     shadow: bool = False
     """A shadow replay: it starts from the original turn's state, so none is read."""
+    interactive: bool = False
+    """The turn may wait for approvals: the workers of its queue must agree on approvers."""
 
 
 class TurnPlan(BaseModel):
@@ -701,6 +703,8 @@ class ModelTurnRequest(BaseModel):
     are host code, so the worker judges them, as it does for a standalone turn)."""
     session_id: str | None = None
     """The turn's session: its saved state comes back in the plan (``None``: none read)."""
+    interactive: bool = False
+    """The turn may wait for approvals: the workers of its queue must agree on approvers."""
 
 
 class ModelTurnOutcome(BaseModel):

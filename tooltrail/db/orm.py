@@ -354,3 +354,25 @@ class ToolRegistryRow(Base):
     keys on the bytes).
     """
     last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    mac: Mapped[str] = mapped_column(String(100), default="", server_default="")
+    """The publishing worker's HMAC over the row (``tooltrail.core.proofs.row_mac``): peers
+    ignore a row without a valid one, so a row written in SQL diverts no call."""
+
+
+class WorkerApproversRow(Base):
+    """The approvers each worker of a task queue accepts signed approvals from.
+
+    Written by every worker with its registry row; a worker that sees a live peer of its
+    queue with another approver set refuses interactive turns (one worker without approvers
+    would otherwise take unsigned answers for turns the others would hold to signatures).
+    """
+
+    __tablename__ = "worker_approvers"
+
+    task_queue: Mapped[str] = mapped_column(String(255), primary_key=True)
+    worker: Mapped[str] = mapped_column(String(255), primary_key=True)
+    """The worker's Temporal identity."""
+    approvers: Mapped[str] = mapped_column(String(64))
+    """``approvers_fingerprint`` of its approver set; empty: unsigned approvals."""
+    mac: Mapped[str] = mapped_column(String(100))
+    last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True))

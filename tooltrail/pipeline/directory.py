@@ -39,7 +39,8 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -49,9 +50,19 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from tooltrail.core.proofs import check_row_mac, row_mac, tie_break
+from tooltrail.core.text import canonical_json
 from tooltrail.core.wire import TOOL_ON_PEER
-from tooltrail.db.registry import PublishedRegistry, publish_registry, read_registries
+from tooltrail.db.registry import (
+    PublishedRegistry,
+    catalog_text,
+    publish_approvers,
+    publish_registry,
+    read_approvers,
+    read_registries,
+)
 from tooltrail.db.store import AuditStore
+from tooltrail.settings import Settings
 
 __all__ = [
     "IDENTITY_MARK",
@@ -193,6 +204,12 @@ class RegistryDirectory:
         catalog: builds this worker's catalog entries (OpenAI's ``tools`` format), published
             with the tools so peers can offer them to a model; called once, at the first
             publication (default: none published).
+        keys: the workers' shared keys (``tooltrail.core.proofs``): this worker's rows carry
+            its MAC, and a peer's row counts only with a valid one (default: the settings';
+            with none, no peer counts and nothing is routed).
+        approvers: ``approvers_fingerprint`` of this worker's approver set, published with
+            its identity so the workers of the queue can tell that they agree.
+        identity: this worker's Temporal identity (its approver row's key).
     """
 
     def __init__(
@@ -205,8 +222,17 @@ class RegistryDirectory:
         ttl_s: float = 5.0,
         stale_s: float = 3 * PUBLISH_INTERVAL_S,
         catalog: Callable[[], list[dict[str, Any]]] | None = None,
+        keys: Mapping[str, bytes] | None = None,
+        approvers: str = "",
+        identity: str = "",
     ) -> None:
         """Describe this worker's registry; nothing is read or written yet."""
+        self.keys = dict(Settings().worker_key_ring() if keys is None else keys)
+        self.approvers = approvers
+        self.identity = identity
+        # Two workers of one process share a Temporal identity: each row is its own.
+        self._instance = uuid.uuid4().hex[:8]
+        self._ignored: set[str] = set()
         self.client = client
         self.store = store
         self.task_queue = task_queue
@@ -235,6 +261,7 @@ class RegistryDirectory:
                 # peer's model is offered them.
                 logger.warning("cannot build the tool catalog to publish", exc_info=True)
                 self._catalog = []
+        now = datetime.now(UTC)
         try:
             # Bounded: a worker starts (and its turns run) while the database hangs.
             async with asyncio.timeout(PUBLISH_DEADLINE_S):
@@ -244,8 +271,25 @@ class RegistryDirectory:
                     fingerprint=self.fingerprint,
                     tools=self.tools,
                     catalog=self._catalog,
-                    now=datetime.now(UTC),
+                    now=now,
+                    mac=row_mac(
+                        self.keys,
+                        *self._row_fields(
+                            self.fingerprint, self.tools, catalog_text(self._catalog)
+                        ),
+                    ),
                 )
+                if self.identity:
+                    await publish_approvers(
+                        self.store,
+                        task_queue=self.task_queue,
+                        worker=self._worker_key,
+                        approvers=self.approvers,
+                        mac=row_mac(
+                            self.keys, *self._approver_fields(self._worker_key, self.approvers)
+                        ),
+                        now=now,
+                    )
         except Exception:
             logger.warning(
                 "cannot publish the registry of task queue %r; peers may not route to it",
@@ -282,8 +326,76 @@ class RegistryDirectory:
             logger.warning("cannot read the registries of %r", self.task_queue, exc_info=True)
             found = {}
         found.pop(self.fingerprint, None)
+        found = {fp: registry for fp, registry in found.items() if self._authentic(fp, registry)}
         self._peers = (now, found)
         return found
+
+    def _row_fields(self, fingerprint: str, tools: dict[str, Any], catalog: str) -> tuple[str, ...]:
+        return ("registry", self.task_queue, fingerprint, canonical_json(tools), catalog)
+
+    @property
+    def _worker_key(self) -> str:
+        """This worker's approver row: its identity and instance."""
+        return f"{self.identity} #{self._instance}"
+
+    def _approver_fields(self, worker: str, approvers: str) -> tuple[str, ...]:
+        return ("approvers", self.task_queue, worker, approvers)
+
+    def _authentic(self, fingerprint: str, registry: PublishedRegistry) -> bool:
+        """Whether a peer's row was published by a worker holding the key, as it stands.
+
+        A row written in SQL (a forged peer that would receive a tool's routed calls with
+        their arguments, and answer them) has no valid MAC; nor has one of a worker with
+        another key. Either is ignored, and said once.
+        """
+        try:
+            fields = self._row_fields(fingerprint, registry.tools, registry.catalog_text)
+        except ValueError:
+            fields = ()
+        if (
+            fields
+            and registry_fingerprint(registry.tools) == fingerprint
+            and check_row_mac(self.keys, registry.mac, *fields)
+        ):
+            return True
+        if fingerprint not in self._ignored:
+            self._ignored.add(fingerprint)
+            logger.warning(
+                "IGNORING THE REGISTRY ROW %s OF TASK QUEUE %r: %s. No call is routed to it.",
+                fingerprint,
+                self.task_queue,
+                "this worker holds no worker key (TOOLTRAIL_WORKER_KEY) to check it with"
+                if not self.keys
+                else "its MAC does not verify with this worker's keys (a worker with another "
+                "TOOLTRAIL_WORKER_KEY, or a row written in the database)",
+            )
+        return False
+
+    async def approver_conflicts(self) -> list[str]:
+        """The live workers of the queue whose approver set differs from this worker's.
+
+        Each as ``identity (approvers fingerprint or 'none')``; rows without a valid MAC do
+        not count. Empty when the database cannot be read in time (logged).
+        """
+        try:
+            rows = await asyncio.wait_for(
+                read_approvers(
+                    self.store,
+                    task_queue=self.task_queue,
+                    seen_since=datetime.now(UTC) - timedelta(seconds=self.stale_s),
+                ),
+                READ_DEADLINE_S,
+            )
+        except Exception:
+            logger.warning("cannot read the approver sets of %r", self.task_queue, exc_info=True)
+            return []
+        return sorted(
+            f"{row.worker} ({row.approvers or 'none'})"
+            for row in rows
+            if row.worker != self._worker_key
+            and row.approvers != self.approvers
+            and check_row_mac(self.keys, row.mac, *self._approver_fields(row.worker, row.approvers))
+        )
 
     async def live(self, fingerprint: str) -> bool:
         """Whether a worker of registry ``fingerprint`` polls its tools queue (cached)."""
@@ -317,7 +429,13 @@ class RegistryDirectory:
 
         ``None``: no live worker of the queue has the tool.
         """
-        for fingerprint, tools in sorted((await self.peers()).items()):
+        # Peers in an order none of them can choose (a keyed digest, not the fingerprint, which
+        # a peer picks with its tool set): a padded registry does not take every routed call.
+        peers = sorted(
+            (await self.peers()).items(),
+            key=lambda item: tie_break(self.keys, tool_name, item[0]),
+        )
+        for fingerprint, tools in peers:
             if tool_name in tools and await self.live(fingerprint):
                 return tools_queue(self.task_queue, fingerprint), sorted(tools)
         return None

@@ -27,6 +27,7 @@ from tooltrail.activities.catalog import CatalogActivities
 from tooltrail.activities.conversation import ConversationActivities
 from tooltrail.activities.planning import TurnPlanner
 from tooltrail.activities.recorder import Recorder
+from tooltrail.core.proofs import approvers_fingerprint
 from tooltrail.core.recovery import NoopReflector
 from tooltrail.db.idempotency import SqlIdempotencyStore
 from tooltrail.db.migrate import open_store
@@ -154,6 +155,7 @@ def build_worker(
     # (tooltrail.pipeline.directory): published by this worker (names, settings, catalog
     # entries); read on a registry miss, by the plan of a turn that names no tools, by the
     # model turns (the model is offered the peers' tools too) and by the catalog activity.
+    worker_keys = host.worker_key_ring()
     directory = RegistryDirectory(
         client,
         store,
@@ -164,14 +166,17 @@ def build_worker(
         },
         # Published with the tools, so a peer's model can be offered them too.
         catalog=host.registry.openai_tools,
+        keys=worker_keys,
+        approvers=approvers_fingerprint(host.approver_keys()),
     )
     identity = worker_options.pop("identity", None) or worker_identity(directory.fingerprint)
-    worker_keys = host.worker_key_ring()
+    directory.identity = identity
     if not worker_keys:
         logger.warning(
             "this worker holds no worker key (TOOLTRAIL_WORKER_KEY): the approvals of its "
-            "interactive turns are refused, since it could not prove them to the worker "
-            "that runs the call"
+            "interactive turns are refused (it could not prove them to the worker that runs "
+            "the call) and no tool call is routed to a peer (their registry rows cannot be "
+            "authenticated)"
         )
     tools = ToolActivities(
         host.registry,
