@@ -27,6 +27,7 @@ from tooltrail.core.messages import Message
 from tooltrail.core.results import ToolCall
 from tooltrail.core.text import nesting_exceeds, too_many_calls
 from tooltrail.core.wire import (
+    SESSION_MEMO,
     AgentCarry,
     AgentRunInput,
     AgentRunOutput,
@@ -249,6 +250,9 @@ class Tooltrail:
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 execution_timeout=execution_timeout,
+                # The session, where Temporal's listing shows it (``audit verify --session``
+                # finds the session's turns without reading each history).
+                memo={SESSION_MEMO: inp.session_id},
                 # With a worker in this process on this client (tooltrail.local), the server
                 # hands it the first workflow task in its answer to the start (~4 ms a turn
                 # here); without one, or where the server does not offer it, a plain start.

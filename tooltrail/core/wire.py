@@ -32,6 +32,7 @@ __all__ = [
     "MODEL_TURN",
     "RECOVERY_REFLECT",
     "SESSION_CLEANUP",
+    "SESSION_MEMO",
     "TOOL_CATALOG",
     "TOOL_EXECUTE",
     "TOOL_ON_PEER",
@@ -107,6 +108,9 @@ ACCESS_AUTHORIZE = "tooltrail.access.authorize"
 """Activity: the worker's access gate answers a preflight (``Tooltrail.authorize_tool``)."""
 TURN_PREPARE = "tooltrail.turn.prepare"
 """Activity (local): plan a standalone turn where the tools live (``TurnPlan``)."""
+SESSION_MEMO = "tooltrail.session"
+"""The memo key where a turn started by a client names its session (``audit verify
+--session`` reads it from Temporal's listing)."""
 APPROVAL_PROOF = "tooltrail.approval.proof"
 """Activity (local only): take up an accepted approval (a signed one once across the runs of
 its turn) and prove it to the worker that runs the call (``tooltrail.core.proofs``)."""

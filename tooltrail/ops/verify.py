@@ -46,7 +46,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, TypeAdapter, computed_field
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowExecution, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
 from tooltrail.core.envelopes import open_outcome
@@ -55,6 +55,7 @@ from tooltrail.core.text import canonical_json, render_text, stable_hash
 from tooltrail.core.wire import (
     ATTEMPT_OUTCOME,
     AUDIT_RECORD,
+    SESSION_MEMO,
     TOOL_EXECUTE,
     TRAIL_HEAD_MEMO,
     AuditEvent,
@@ -661,8 +662,10 @@ async def temporal_turns(
 
     Visibility cannot filter on the session (it is in the turn's input, not a search
     attribute), so each candidate's first history event is read for it; ``since`` narrows
-    the candidates on the server. A turn whose input cannot be decoded here is listed (its
-    verification then says why it cannot be checked).
+    the candidates on the server; turns started by ``Tooltrail.start_turn`` name their session
+    in their memo (``SESSION_MEMO``), read from the listing itself. A turn whose session cannot
+    be read here (its input encrypted with keys this process lacks) is not attributed to the
+    session: other tenants' turns of a shared namespace would otherwise all be listed.
     """
     query = "WorkflowType = 'TurnWorkflow'"
     if since is not None:
@@ -675,13 +678,25 @@ async def temporal_turns(
             continue  # an older run of a turn already listed
         seen.add(execution.id)
         if session_id is not None:
-            theirs = await _session_of(client, execution.id, execution.run_id)
-            if theirs is not None and theirs != session_id:
+            theirs = await _memo_session(execution)
+            if theirs is None:
+                theirs = await _session_of(client, execution.id, execution.run_id)
+            if theirs != session_id:
                 continue
         found.append(execution.id)
         if len(found) >= limit:
             break
     return found
+
+
+async def _memo_session(execution: WorkflowExecution) -> str | None:
+    """The session a turn's memo names, if it has one."""
+    try:
+        memo = await execution.memo()
+    except Exception:  # a memo this process cannot decode: ask the input
+        return None
+    value = memo.get(SESSION_MEMO)
+    return value if isinstance(value, str) else None
 
 
 async def _session_of(client: Client, turn_id: str, run_id: str) -> str | None:
