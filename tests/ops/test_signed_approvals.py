@@ -314,6 +314,10 @@ async def test_cli_keygen_signed_approve_and_history(
         )
         one_error(forged, "the signature does not verify with approver 'ops''s key")
         assert paid == []
+        # `approvals` lists what an approval would let run: the arguments.
+        listed = await cli(["approvals", turn_id, *address, *db], tmp_path)
+        assert listed.returncode == 0, listed.stderr
+        assert "arguments" in listed.stdout and '"amount"' in listed.stdout
         # The approver is shown what the signature approves, and asked; "no" signs nothing.
         declined = await cli(
             ["approve", turn_id, "c1", *address, *db],
