@@ -18,6 +18,7 @@ from tests.conftest import StackFactory
 from tooltrail import Host, RunConfig, ToolCall, Tooltrail, tool
 from tooltrail.core.chain import GENESIS, chain_digests
 from tooltrail.core.hooks import Ask, PreToolUseContext
+from tooltrail.core.text import stable_hash
 from tooltrail.core.wire import AuditEvent
 from tooltrail.db.orm import AuditEventRow, TurnRow
 from tooltrail.ops.verify import verify_turn, verify_turns
@@ -226,3 +227,37 @@ async def test_redacted_inputs_compare_with_the_hosts_rules(
         assert (await tt.verify(turn.turn_id)).ok
         bare = await verify_turn(tt.client, tt.store, turn.turn_id)
     assert kinds(bare) == {"input_mismatch"}
+
+
+async def test_a_local_attempts_output_is_checked_from_its_marker(
+    stack: StackFactory, db_url: str
+) -> None:
+    """A local attempt has no activity events, but its marker holds its result: an output
+    rewritten in SQL (chain recomputed) no longer matches it."""
+    async with stack(HOST, database_url=db_url) as tt:
+        turn = await tt.run_turn([ToolCall("a", "local_echo", {"text": "pay bob"})], session_id="s")
+        clean = await tt.verify(turn.turn_id)
+        assert clean.ok and clean.local_attempts_checked == 1, clean.problems
+        assert "local tool attempt" in clean.not_checked[0]
+
+        def forge(row: AuditEventRow) -> None:
+            if row.kind == "tool_post":
+                output = "pay mallory"
+                row.payload = {**row.payload, "output": output, "result_hash": stable_hash(output)}
+
+        await rewrite(tt, turn.turn_id, forge)
+        report = await tt.verify(turn.turn_id)
+        local = [p for p in report.problems if p.kind == "output_mismatch"]
+        assert local and "local tool attempt" in local[0].detail, report.problems
+
+        def forge_output_only(row: AuditEventRow) -> None:
+            if row.kind == "tool_post":
+                row.payload = {
+                    **row.payload,
+                    "output": "pay eve",
+                    "result_hash": stable_hash("pay bob"),
+                }
+
+        await rewrite(tt, turn.turn_id, forge_output_only)
+        report = await tt.verify(turn.turn_id)
+    assert any(p.kind == "output_mismatch" for p in report.problems), report.problems

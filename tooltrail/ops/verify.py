@@ -31,9 +31,10 @@ the history's payloads are encrypted with keys this process lacks). What verify 
 prove: a trail consistent with a history that was rewritten too. Someone able to rewrite
 both the database and Temporal's history can make them agree.
 
-Not checked: attempts of ``@tool(local=True)`` tools (a local activity's input never enters
-the history, so its marker cannot be tied to a call), and records missing from a turn that
-did not close by its own code (running, cancelled, terminated, timed out: records produced
+Attempts of ``@tool(local=True)`` tools: their markers hold their results but not their
+inputs, so each local output's digest must be one of a ``tool_post`` no regular attempt
+accounts for (``local_attempts_checked``); their inputs are not checked (``not_checked``
+says so). Not checked: records missing from a turn that did not close by its own code (running, cancelled, terminated, timed out: records produced
 after the last write of such a turn are legitimately absent).
 """
 
@@ -131,6 +132,12 @@ class VerifyReport(BaseModel):
     a chain cut short at its end goes unnoticed."""
     attempts_checked: int = 0
     """Completed tool activities found in the history and matched against the trail."""
+    local_attempts_checked: int = 0
+    """Local tool attempts (``@tool(local=True)``) whose output digest, kept in their history
+    marker, was found among the trail's records."""
+    not_checked: list[str] = Field(default_factory=list)
+    """What the history could not prove here, in words (a local attempt's input, which its
+    marker does not hold)."""
     problems: list[Problem] = Field(default_factory=list)
 
     @computed_field  # type: ignore[prop-decorator]
@@ -183,6 +190,28 @@ async def _write_heads(client: Client, events: list[HistoryEvent]) -> list[tuple
     change it.
     """
     heads: list[tuple[int, str]] = []
+    for event_id, value in await _local_results(client, events, AUDIT_RECORD, object):
+        if isinstance(value, str) and value:
+            heads.append((event_id, value))
+    return heads
+
+
+async def _local_outputs(client: Client, events: list[HistoryEvent]) -> list[str | None]:
+    """The output digests of the run's local tool attempts that ran (their markers)."""
+    digests: list[str | None] = []
+    for _, outcome in await _local_results(client, events, TOOL_EXECUTE, ATTEMPT_OUTCOME):
+        if isinstance(outcome, Ran) and outcome.output_ref is not None:
+            digests.append(outcome.output_hash)
+        elif isinstance(outcome, Ran | ShadowServed):
+            digests.append(output_digest(outcome.output))
+    return digests
+
+
+async def _local_results(
+    client: Client, events: list[HistoryEvent], activity_type: str, result_type: Any
+) -> list[tuple[int, Any]]:
+    """The results of the run's local activities of one type, with their marker's event id."""
+    found: list[tuple[int, Any]] = []
     for event in events:
         if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
             continue
@@ -191,12 +220,11 @@ async def _write_heads(client: Client, events: list[HistoryEvent]) -> list[tuple
         if data is None or result is None or not data.payloads or not result.payloads:
             continue
         (meta,) = await client.data_converter.decode(list(data.payloads), [dict])
-        if not isinstance(meta, dict) or meta.get("activity_type") != AUDIT_RECORD:
+        if not isinstance(meta, dict) or meta.get("activity_type") != activity_type:
             continue
-        (value,) = await client.data_converter.decode(list(result.payloads), [object])
-        if isinstance(value, str) and value:
-            heads.append((event.event_id, value))
-    return heads
+        (value,) = await client.data_converter.decode(list(result.payloads), [result_type])
+        found.append((event.event_id, value))
+    return found
 
 
 async def _completed_attempts(
@@ -325,6 +353,7 @@ async def verify_turn(
         attempts, closed = await _completed_attempts(client, events)
         anchor = await _trail_head(client, events)
         written = await _write_heads(client, events)
+        local = await _local_outputs(client, events)
     except Exception as exc:  # a codec without the keys, a payload of another converter
         detail = (
             f"the history's payloads cannot be decoded here ({type(exc).__name__}): give this "
@@ -371,6 +400,7 @@ async def verify_turn(
     )
     report.attempts_checked = checked
     report.problems.extend(problems)
+    report.problems.extend(_local_problems(report, turn_id, attempts, trail, local))
     report.problems.extend(_head_problems(turn_id, report.run_id, trail, written, head))
     report.problems.extend(_seq_problems(turn_id, trail))
     report.problems.extend(await _chain_problems(store, turn_id, report.run_id, head))
@@ -450,6 +480,51 @@ def _attempt_problems(
                 )
             )
     return checked, problems
+
+
+def _local_problems(
+    report: VerifyReport,
+    turn_id: str,
+    attempts: list[_Attempt],
+    trail: list[AuditEvent],
+    local: list[str | None],
+) -> list[Problem]:
+    """Each local tool attempt's output (its marker) against the trail's other records.
+
+    A local activity's marker holds its result but not its input (so not its call id): each
+    output digest must be one of a ``tool_post`` that no regular attempt accounts for.
+    """
+    if not local:
+        return []
+    regular = {(a.request.tool_call_id, a.request.attempt) for a in attempts}
+    left: dict[str | None, int] = {}
+    for event in trail:
+        if event.kind == "tool_post" and (event.tool_call_id, event.attempt) not in regular:
+            digest = event.payload.get("result_hash")
+            if output_digest(event.payload.get("output")) != digest:
+                continue  # its output is not the one it says it recorded: it matches nothing
+            left[digest] = left.get(digest, 0) + 1
+    problems: list[Problem] = []
+    for digest in local:
+        if left.get(digest, 0) > 0:
+            left[digest] -= 1
+            report.local_attempts_checked += 1
+            continue
+        problems.append(
+            Problem(
+                kind="output_mismatch",
+                turn_id=turn_id,
+                detail=(
+                    f"a local tool attempt returned an output with digest {digest} (its "
+                    "history marker); no tool_post of the trail records it"
+                ),
+            )
+        )
+    report.not_checked.append(
+        f"the inputs of {len(local)} local tool attempt(s): a local activity's marker holds "
+        "its result, not its input"
+    )
+    return problems
 
 
 def _input_problem(
