@@ -116,6 +116,8 @@ async def heartbeating(*details: object, at_once: bool = True) -> AsyncIterator[
         return
 
     def send() -> None:
+        if activity.is_cancelled():
+            return  # the server gave up on the attempt (a body running on): nobody listens
         current = current_details()
         if details or current is None:
             activity.heartbeat(*details)
@@ -197,6 +199,14 @@ def reached_body(outcome: Ran) -> bool:
     return status not in REFUSED_BEFORE_BODY
 
 
+ORPHAN_RESULT_KEEP_S = 600.0
+"""How long a body the server gave up on keeps its result for the attempt's retry."""
+
+
+def _body_key(info: activity.Info) -> tuple[str, str, str]:
+    return (info.workflow_id or "", info.workflow_run_id or "", info.activity_id or "")
+
+
 def _started_marks(info: activity.Info) -> list[dict[str, Any]]:
     """The attempts that started a body, as an earlier attempt's heartbeat details name them."""
     for detail in info.heartbeat_details or ():
@@ -261,6 +271,9 @@ class ToolActivities:
         self.directory = directory
         self._routes_warned: set[tuple[str, str]] = set()
         self.worker_keys = dict(worker_keys or {})
+        # Bodies of regular attempts by (workflow, run, activity id): a retry of an attempt
+        # whose body still runs here waits for it (``_body``, ``_earlier_run``).
+        self._bodies: dict[tuple[str, str, str], tuple[int, asyncio.Task[Ran]]] = {}
 
     @activity.defn(name=TOOL_EXECUTE)
     async def execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
@@ -379,11 +392,13 @@ class ToolActivities:
 
     async def _run(self, inp: ExecuteAttempt, journal: AttemptJournal) -> _Answer:
         adopted = None if (inp.hooks_only or inp.shadow) else journal.ran
+        if adopted is None and not (inp.hooks_only or inp.shadow):
+            adopted = await self._earlier_run(inp)
         if adopted is None:
             before = await self._before_body(inp, journal)
             if before is not None:
                 return before
-            ran = await self._attempt(inp)
+            ran = await self._body(inp)
             self._account(ran)
             # Journaled before anything is written after the body: whatever fails from here
             # on, a Temporal retry adopts this result instead of running the body again.
@@ -456,6 +471,94 @@ class ToolActivities:
         ):
             return BreakerRefused()
         return None
+
+    async def _body(self, inp: ExecuteAttempt) -> Ran:
+        """Run the attempt's pipeline; a run the server gave up on goes on to its end.
+
+        When Temporal stops waiting for an attempt whose worker is alive but behind (its
+        heartbeats late: a backlog, a starved loop, a paused process), the SDK cancels the
+        activity (``not_found``/``timed_out``) and Temporal sends the attempt again. The
+        body is not cancelled then: it may be half way through a side effect, and the retry
+        would run it a second time. It runs on, and a retry of the same attempt in this
+        process waits for it and adopts its result (``_earlier_run``). A cancellation the
+        workflow asked for, or a worker shutdown, cancels the body as before.
+        """
+        info = activity.info()
+        if info.is_local:
+            return await self._attempt(inp)
+        key = _body_key(info)
+        task = asyncio.create_task(self._attempt(inp), name=f"tooltrail-body-{inp.tool_name}")
+        self._bodies[key] = (info.attempt, task)
+        task.add_done_callback(lambda done: self._forget_later(key, done))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            details = activity.cancellation_details()
+            if details is not None and (details.not_found or details.timed_out):
+                if not task.done():
+                    log.warning(
+                        "tool %r: Temporal gave up on attempt %d of call %r while its body "
+                        "runs (this worker's heartbeats were late); the body goes on, and the "
+                        "attempt's retry in this process adopts its result",
+                        inp.tool_name,
+                        info.attempt,
+                        inp.tool_call_id,
+                    )
+                raise
+            task.cancel()
+            raise
+
+    def _forget_later(self, key: tuple[str, str, str], task: asyncio.Task[Ran]) -> None:
+        """Keep a finished body's result for a retry a while, then let it go."""
+        if not task.cancelled():
+            task.exception()  # retrieved: an orphan's failure is the retry's business
+
+        def forget() -> None:
+            if self._bodies.get(key, (0, None))[1] is task:
+                del self._bodies[key]
+
+        asyncio.get_running_loop().call_later(ORPHAN_RESULT_KEEP_S, forget)
+
+    async def _earlier_run(self, inp: ExecuteAttempt) -> Ran | None:
+        """The result of an earlier Temporal attempt's body in this process, waited for.
+
+        ``None`` when there is none, or when it ended without a result (cancelled, or a
+        failure of the pipeline itself): then this attempt runs the body.
+        """
+        info = activity.info()
+        if info.is_local or info.attempt <= 1:
+            return None
+        found = self._bodies.get(_body_key(info))
+        if found is None:
+            return None
+        number, task = found
+        if not task.done():
+            log.warning(
+                "tool %r: Temporal attempt %d of call %r finds attempt %d's body still running "
+                "in this worker; waiting for it instead of running the body again",
+                inp.tool_name,
+                info.attempt,
+                inp.tool_call_id,
+                number,
+            )
+            async with heartbeating():
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(task)
+            if activity.is_cancelled():
+                raise asyncio.CancelledError
+        if task.cancelled() or task.exception() is not None:
+            return None
+        ran = task.result()
+        self._account(ran)
+        # The body ran in the earlier attempt; only the ones before it were lost.
+        ran.temporal_attempt = number
+        ran.lost_attempts = [a for a in ran.lost_attempts or [] if a["temporal_attempt"] != number]
+        log.warning(
+            "tool %r: adopting the result of Temporal attempt %d's body (it does not run again)",
+            inp.tool_name,
+            number,
+        )
+        return ran
 
     def _approved(self, inp: ExecuteAttempt) -> bool:
         """Whether the attempt may skip the pre-tool hooks: a proven approval of its call.

@@ -34,8 +34,9 @@ both the database and Temporal's history can make them agree.
 Attempts of ``@tool(local=True)`` tools: their markers hold their results but not their
 inputs, so each local output's digest must be one of a ``tool_post`` no regular attempt
 accounts for (``local_attempts_checked``); their inputs are not checked (``not_checked``
-says so). Not checked: records missing from a turn that did not close by its own code (running, cancelled, terminated, timed out: records produced
-after the last write of such a turn are legitimately absent).
+says so). Not checked: records missing from a turn that did not close by its own code
+(running, cancelled, terminated, timed out: records produced after the last write of such a
+turn are legitimately absent).
 """
 
 from __future__ import annotations
