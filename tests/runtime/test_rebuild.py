@@ -9,6 +9,7 @@ Temporal closed, can bring it into the trail.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,6 +24,7 @@ from tests.ops.test_encrypted_ops import KEYS, running
 from tests.runtime.test_crash import start_worker_process
 from tests.runtime.test_reconcile import HOST, temporal_cli, until_status
 from tests.support import crash_tools
+from tests.support.cli_runner import run_cli
 from tooltrail import RunConfig, ToolCall, Tooltrail
 from tooltrail.core.wire import AuditEvent
 from tooltrail.db.store import AuditStore
@@ -280,6 +282,30 @@ async def test_a_rebuild_with_the_codec_on(
         assert "stopped with the codec on" in events[-1].payload["detail"]
         verified = await tt.verify(handle.turn_id)
         assert verified.ok, verified.problems
+
+
+async def test_cli_reconcile_rebuilds_and_audit_show_marks_rebuilt_records(
+    stack: StackFactory, sqlite_url: str, temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    address = temporal_env.client.service_client.config.target_host
+    async with stack(HOST, database_url=sqlite_url) as tt:
+        turn_id = await terminated_without_a_row(tt)
+        where = ["--temporal-address", address, "--database-url", sqlite_url]
+        args = ["audit", "reconcile", "--task-queue", tt.task_queue, *where]
+        done = await asyncio.to_thread(run_cli, [*args, "--json"], tmp_path)
+        assert done.returncode == 0, done.stderr
+        rebuilt = json.loads(done.stdout)["rebuilt"]
+        assert [(r["turn_id"], r["status"]) for r in rebuilt] == [(turn_id, "terminated")]
+        # Text output: rebuilt once, nothing left to do.
+        done = await asyncio.to_thread(run_cli, args, tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "0 closed turns with no row rebuilt" in done.stdout
+
+        args = ["audit", "show", turn_id, "--database-url", sqlite_url]
+        done = await asyncio.to_thread(run_cli, args, tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "4 of 4 records rebuilt from Temporal's history" in done.stdout
+        assert done.stdout.count("(rebuilt)") == 4, done.stdout
 
 
 async def terminated_without_a_row(tt: Tooltrail) -> str:
