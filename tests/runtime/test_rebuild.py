@@ -329,23 +329,27 @@ async def test_background_passes_are_bounded_and_resume_where_they_stopped(
         reconciler = BackgroundReconciler(
             tt.client, tt.store, batch=1, settle_s=0, grace_s=0, task_queue=tt.task_queue
         )
-        done: list[str] = []
-        for _ in range(3):
+        try:
+            done: list[str] = []
+            for _ in range(3):
+                report = await reconciler.run_once()
+                assert report is not None and len(report.rebuilt) == 1
+                done += [r.turn_id for r in report.rebuilt]
+            # Newest first, each once; the last pass found the window empty below its cursor.
+            assert done == turns[::-1]
             report = await reconciler.run_once()
-            assert report is not None and len(report.rebuilt) == 1
-            done += [r.turn_id for r in report.rebuilt]
-        # Newest first, each once; the last pass found the window empty below its cursor.
-        assert done == turns[::-1]
-        report = await reconciler.run_once()
-        assert report is not None and report.rebuilt == [] and report.complete
-        for turn_id in turns:
-            row = await tt.store.turn(turn_id)
-            assert row is not None and row.status == "terminated"
-            assert (await tt.audit(turn_id))[-1].payload["by"].startswith("worker ")
-        # A later turn is found by the next window (the watermark moved up, not past it).
-        later = await terminated_without_a_row(tt)
-        report = await reconciler.run_once()
-        assert report is not None and [r.turn_id for r in report.rebuilt] == [later]
+            assert report is not None and report.rebuilt == [] and report.complete
+            for turn_id in turns:
+                row = await tt.store.turn(turn_id)
+                assert row is not None and row.status == "terminated"
+                assert (await tt.audit(turn_id))[-1].payload["by"].startswith("worker ")
+            # A later turn is found by the next window (the watermark moved up, not past it).
+            later = await terminated_without_a_row(tt)
+            report = await reconciler.run_once()
+            assert report is not None and [r.turn_id for r in report.rebuilt] == [later]
+        finally:
+            # The lease is the database's: other tests' reconcilers share it.
+            await reconciler.release()
 
 
 async def test_a_worker_rebuilds_in_the_background(
