@@ -338,7 +338,11 @@ class Settings(BaseSettings):
     reconcile_grace_s: float = Field(default=300.0, ge=0)
     """A running turn is asked about once it started this long ago, then at most this often."""
     reconcile_batch: int = Field(default=100, ge=1)
-    """Turns one background pass asks Temporal about at most (one describe each)."""
+    """Turns one background pass asks Temporal about at most (one describe each), and closed
+    turns with no row it rebuilds from their histories at most."""
+    reconcile_settle_s: float = Field(default=30.0, ge=0)
+    """A turn closed with no row is rebuilt once it closed this long ago (a write a worker
+    had in flight as Temporal ended the turn lands first)."""
 
     def worker_options(self) -> dict[str, int]:
         """Return the capacity keyword arguments of ``temporalio.worker.Worker``."""

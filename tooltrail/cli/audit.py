@@ -23,7 +23,7 @@ from tooltrail.cli._shared import (
     temporal_client,
     with_store,
 )
-from tooltrail.cli.options import AddressOption, DatabaseOption, JsonOption
+from tooltrail.cli.options import AddressOption, DatabaseOption, JsonOption, TaskQueueOption
 from tooltrail.cli.render import print_json, print_table, results_table, timeline_table, turns_table
 from tooltrail.settings import Settings
 
@@ -175,6 +175,7 @@ def audit_show(
         if run is not None and (len(runs) > 1 or run.run_id):
             console.print(_run_line(run, by_run), soft_wrap=True)
         print_table(console, timeline_table(events, full=full))
+        _print_rebuilt(events)
         _print_lost_attempts(events)
         end = next((e for e in reversed(events) if e.kind == "turn_end"), None)
         if end is not None and end.payload.get("results"):
@@ -182,6 +183,19 @@ def audit_show(
 
             results = [ToolDispatchResult.model_validate(r) for r in end.payload["results"]]
             print_table(console, results_table(results, title="Results returned to the model"))
+
+
+def _print_rebuilt(events: list[Any]) -> None:
+    rebuilt = sum(1 for e in events if e.payload.get("rebuilt") is True)
+    if rebuilt:
+        console.print(
+            Text(
+                f"{rebuilt} of {len(events)} records rebuilt from Temporal's history by "
+                "reconciliation: the turn closed before its first write",
+                style="magenta",
+            ),
+            soft_wrap=True,
+        )
 
 
 def _branch(run: Any, by_run: dict[str, list[Any]]) -> int | None:
@@ -231,17 +245,38 @@ def audit_reconcile(
     since: Annotated[
         str | None, typer.Option(help="Only turns started at or after (ISO time).")
     ] = None,
+    task_queue: TaskQueueOption = None,
+    tools: Annotated[
+        str | None,
+        typer.Option(
+            "--tools",
+            envvar="TOOLTRAIL_TOOLS",
+            help=(
+                "MODULE:ATTR naming the workers' Host: its RedactingMiddleware rules redact "
+                "what a trail rebuilt from a history stores."
+            ),
+        ),
+    ] = None,
     temporal_address: AddressOption = None,
     database_url: DatabaseOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Give turns that ended outside tooltrail (terminated, timed out, ...) their true status."""
-    from tooltrail.runtime.reconciler import reconcile
+    """Give turns that ended outside tooltrail (terminated, timed out, ...) their true status.
+
+    Turns of the task queue that Temporal closed with no row at all (they ended before their
+    first write) are rebuilt from their histories.
+    """
+    from tooltrail.runtime.reconciler import host_redactors, reconcile
 
     started_since = _parse_time(since)
+    redactors = host_redactors(load_host(tools)) if tools is not None else []
+    queue = task_queue or Settings().task_queue
 
     async def go(store: Any) -> Any:
-        return await reconcile(await temporal_client(temporal_address), store, since=started_since)
+        client = await temporal_client(temporal_address)
+        return await reconcile(
+            client, store, since=started_since, task_queue=queue, redactors=redactors
+        )
 
     report = run_command(with_store(resolve_database_url(database_url), go))
     if json_output:
@@ -251,7 +286,9 @@ def audit_reconcile(
         Text(
             f"{report.checked} running turns checked: {len(report.changed)} reconciled, "
             f"{report.still_running} running in Temporal too, "
-            f"{len(report.missing)} unknown to Temporal"
+            f"{len(report.missing)} unknown to Temporal; "
+            f"{len(report.rebuilt)} closed turns with no row rebuilt from their histories"
+            + (f", {len(report.unreadable)} unreadable here" if report.unreadable else "")
         ),
         soft_wrap=True,
     )
@@ -269,6 +306,16 @@ def audit_reconcile(
             + Text(f" ({item.detail}); its row is left running"),
             soft_wrap=True,
         )
+    for item in report.rebuilt:
+        console.print(
+            Text(f"{item.turn_id}: no row -> ")
+            + Text(str(item.status), style="bold")
+            + Text(" rebuilt from its history")
+            + Text(f" ({item.detail})" if item.detail else ""),
+            soft_wrap=True,
+        )
+    for item in report.unreadable:
+        console.print(Text(f"{item.turn_id}: ") + Text(item.detail, style="yellow"), soft_wrap=True)
 
 
 EXIT_MISMATCH = 1

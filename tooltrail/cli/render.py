@@ -159,6 +159,15 @@ def _event_detail(event: AuditEvent, full: bool) -> Text:
     return Text(preview(str(payload), 10_000 if full else 80))
 
 
+def _event_kind(event: AuditEvent) -> Text:
+    # Records reconciliation rebuilt from Temporal's history (the turn closed before its
+    # first write) say so: what a worker wrote and what was read back differ in what they
+    # can tell (no hook decisions, no memory).
+    if event.payload.get("rebuilt") is True:
+        return Text.assemble(event.kind, (" (rebuilt)", "magenta"))
+    return Text(event.kind)
+
+
 def timeline_table(events: Sequence[AuditEvent], *, full: bool = False, title: str = "") -> Table:
     """A turn's audit trail as a timeline: one row per event, times relative to the start."""
     table = Table(title=Text(title or "Audit timeline"), title_justify="left")
@@ -175,7 +184,7 @@ def timeline_table(events: Sequence[AuditEvent], *, full: bool = False, title: s
         table.add_row(
             str(event.seq),
             f"{offset:.0f}",
-            Text(event.kind),
+            _event_kind(event),
             Text(event.tool_call_id or ""),
             Text(event.tool_name or ""),
             "" if event.attempt is None else str(event.attempt),

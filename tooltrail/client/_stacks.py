@@ -21,7 +21,7 @@ from tooltrail.client._tooltrail import Tooltrail
 from tooltrail.pipeline.directory import registry_fingerprint, watch_registry_peers
 from tooltrail.pipeline.host import Host
 from tooltrail.runtime.embedded import DEV_SERVER_ARGS, start_dev_server
-from tooltrail.runtime.reconciler import background_reconciliation
+from tooltrail.runtime.reconciler import background_reconciliation, host_redactors
 from tooltrail.runtime.worker import build_worker, open_deployment, settings_client_options
 from tooltrail.settings import Settings
 from tooltrail.telemetry import ensure_configured
@@ -130,7 +130,13 @@ async def local(
                                 ),
                                 shutdown_timeout_s,
                             ),
-                            background_reconciliation(client, store, deployment.settings),
+                            background_reconciliation(
+                                client,
+                                store,
+                                deployment.settings,
+                                task_queue=task_queue,
+                                redactors=host_redactors(wired),
+                            ),
                             watch_registry_peers(
                                 client, task_queue, registry_fingerprint(names), names
                             ),

@@ -54,7 +54,7 @@ from tooltrail.ops.reruns import RecordedTurn, RerunReport, compare, load_turn
 from tooltrail.ops.verify import VerifyReport, verify_turn
 from tooltrail.pipeline.host import Host
 from tooltrail.pipeline.middleware import RedactingMiddleware
-from tooltrail.runtime.reconciler import ReconcileReport, reconcile
+from tooltrail.runtime.reconciler import ReconcileReport, host_redactors, reconcile
 from tooltrail.runtime.versioning import eager_start_allowed
 from tooltrail.tools import UnknownToolError
 from tooltrail.tools.access import AccessDecision
@@ -648,9 +648,22 @@ class Tooltrail:
         Temporal (one describe each); those Temporal reports closed (terminated, timed out,
         cancelled, failed, completed) move to that status with a ``turn_reconciled`` event.
         Turns Temporal no longer knows (history deleted by retention) are listed in
-        ``missing`` and left as they are. See ``tooltrail.runtime.reconciler``.
+        ``missing`` and left as they are.
+
+        Turns of this task queue that Temporal closed with no row at all (ended before their
+        first write: terminated, timed out, their worker lost) are rebuilt from their
+        histories, every record marked ``rebuilt``; they are listed in ``rebuilt``. Without
+        ``since`` the closed turns listed are those since the last reconciliation's watermark
+        (kept in the database); with it, those started since then. See
+        ``tooltrail.runtime.reconciler``.
         """
-        return await reconcile(self.client, self.store, since=since)
+        return await reconcile(
+            self.client,
+            self.store,
+            since=since,
+            task_queue=self.task_queue,
+            redactors=host_redactors(self.host),
+        )
 
     async def verify(self, turn_id: str) -> VerifyReport:
         """Check a turn's audit trail against Temporal's history of it; writes nothing.

@@ -34,6 +34,7 @@ __all__ = [
     "IdempotencyRecordRow",
     "MaintenanceLeaseRow",
     "MemoryEntryRow",
+    "RebuildWatermarkRow",
     "RunForkRow",
     "SessionStateRow",
     "ToolHealthRow",
@@ -269,6 +270,30 @@ class MaintenanceLeaseRow(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     holder: Mapped[str] = mapped_column(String(255))
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class RebuildWatermarkRow(Base):
+    """How far reconciliation has looked for closed turns that have no row (per queue).
+
+    Reconciliation lists the ``TurnWorkflow`` executions that closed since ``closed_since``
+    (newest first, as Temporal's visibility lists them) and rebuilds the trail of those the
+    database lacks. A pass that stops at its batch remembers where it got to
+    (``resume_before`` within the window that ends at ``window_end``), so the next pass goes
+    on from there; a finished window moves ``closed_since`` up.
+    """
+
+    __tablename__ = "rebuild_watermark"
+
+    namespace: Mapped[str] = mapped_column(String(255), primary_key=True)
+    task_queue: Mapped[str] = mapped_column(String(255), primary_key=True)
+    """The deployment's task queue (empty: every turn of the namespace)."""
+    closed_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """Turns that closed before this time were all looked at (``None``: none yet)."""
+    window_end: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """The end of the window being listed (``None``: no window under way)."""
+    resume_before: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """Within the window, turns closed at or after this time were looked at."""
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class ApprovalRejectionRow(Base):

@@ -4,6 +4,10 @@ Reconciliation (``tooltrail.runtime.reconciler``) asks Temporal how the turns th
 ``running`` really ended; this module reads and writes the rows it needs. A turn is closed
 at most once: only a ``running`` row moves, in the same transaction as its
 ``turn_reconciled`` event, so a turn's own final write and a reconciliation never both win.
+
+It also keeps how far reconciliation has looked for turns that closed with no row at all
+(``rebuild_watermark``) and writes the trails it rebuilds from their histories, through the
+same writes as a turn's own records (so their hash chain is computed alike).
 """
 
 from __future__ import annotations
@@ -12,24 +16,30 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tooltrail.core.wire import AuditEvent
+from tooltrail.core.wire import AuditEvent, TurnRecord
 
 # The database's clock, the way idempotency claims read it (one definition of it).
 from tooltrail.db.idempotency import _db_now
-from tooltrail.db.orm import AuditEventRow, MaintenanceLeaseRow, TurnRow
-from tooltrail.db.store import record_events
+from tooltrail.db.orm import AuditEventRow, MaintenanceLeaseRow, RebuildWatermarkRow, TurnRow
+from tooltrail.db.store import _aware, record_events, record_turn
 
 __all__ = [
     "EPOCH",
+    "RebuildWatermark",
     "close_turn",
+    "load_watermark",
     "mark_checked",
+    "record_rebuilt_turn",
     "release_lease",
     "running_turns",
+    "save_watermark",
     "take_lease",
+    "turns_with_rows",
 ]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -150,3 +160,69 @@ async def release_lease(session: AsyncSession, *, name: str, holder: str) -> Non
     await session.execute(
         update(table).where(table.c.name == name, table.c.holder == holder).values(expires_at=EPOCH)
     )
+
+
+class RebuildWatermark(BaseModel):
+    """How far the search for closed turns without a row got (a ``rebuild_watermark`` row)."""
+
+    closed_since: datetime | None = None
+    """Every turn that closed before this time was looked at (``None``: none yet)."""
+    window_end: datetime | None = None
+    """The end of the window under way (``None``: the next pass opens one)."""
+    resume_before: datetime | None = None
+    """Within the window, the turns that closed at or after this time were looked at."""
+
+
+async def load_watermark(
+    session: AsyncSession, *, namespace: str, task_queue: str
+) -> RebuildWatermark:
+    """Return the watermark of a namespace's task queue (a fresh one when none is stored)."""
+    row = await session.get(RebuildWatermarkRow, (namespace, task_queue))
+    if row is None:
+        return RebuildWatermark()
+    return RebuildWatermark(
+        closed_since=_aware(row.closed_since),
+        window_end=_aware(row.window_end),
+        resume_before=_aware(row.resume_before),
+    )
+
+
+async def save_watermark(
+    session: AsyncSession, *, namespace: str, task_queue: str, mark: RebuildWatermark
+) -> None:
+    """Store the watermark of a namespace's task queue (insert or replace)."""
+    table: Any = RebuildWatermarkRow.__table__
+    upsert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    values = {**mark.model_dump(), "updated_at": datetime.now(UTC)}
+    stmt = upsert(table).values(namespace=namespace, task_queue=task_queue, **values)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["namespace", "task_queue"],
+        set_={column: stmt.excluded[column] for column in values},
+    )
+    await session.execute(stmt)
+
+
+async def turns_with_rows(session: AsyncSession, *, turn_ids: Sequence[str]) -> set[str]:
+    """Return those of ``turn_ids`` that have a ``turn`` row."""
+    if not turn_ids:
+        return set()
+    found = await session.scalars(
+        select(TurnRow.turn_id).where(TurnRow.turn_id.in_(list(set(turn_ids))))
+    )
+    return set(found)
+
+
+async def record_rebuilt_turn(
+    session: AsyncSession, *, turn: TurnRecord, events: Sequence[AuditEvent]
+) -> bool:
+    """Write a turn rebuilt from its history: its row and its records (run ``turn.run_id``).
+
+    Only for a turn with no row: when one appeared meanwhile (the turn's own write landed
+    late, another reconciler was quicker), nothing is written and False is returned. The
+    records go through ``record_events``, so their hash chain is computed as for any other.
+    """
+    if await session.get(TurnRow, turn.turn_id) is not None:
+        return False
+    await record_turn(session, turn=turn, run_id=turn.run_id)
+    await record_events(session, turn_id=turn.turn_id, events=events, run_id=turn.run_id)
+    return True

@@ -46,7 +46,7 @@ from tooltrail.pipeline.middleware import RedactingMiddleware
 from tooltrail.runtime.clean_failures import CleanDatabaseErrors
 from tooltrail.runtime.codec import codec_from_settings, data_converter
 from tooltrail.runtime.converter import wire_data_converter
-from tooltrail.runtime.reconciler import background_reconciliation
+from tooltrail.runtime.reconciler import background_reconciliation, host_redactors
 from tooltrail.runtime.versioning import deployment_config, mark_versioned_worker
 from tooltrail.settings import Settings
 from tooltrail.telemetry import tracing_interceptors
@@ -495,7 +495,13 @@ async def worker(
         names = deployment.host.registry.names()
         async with (
             running,
-            background_reconciliation(deployment.client, deployment.store, deployment.settings),
+            background_reconciliation(
+                deployment.client,
+                deployment.store,
+                deployment.settings,
+                task_queue=deployment.task_queue,
+                redactors=host_redactors(deployment.host),
+            ),
             # A loud warning while workers with other tools poll the same queue.
             watch_registry_peers(
                 deployment.client, deployment.task_queue, registry_fingerprint(names), names
