@@ -259,6 +259,9 @@ class Settings(BaseSettings):
     """PEM certificate the codec server serves HTTPS with (with ``codec_server_tls_key``)."""
     codec_server_tls_key: Path | None = None
     """PEM private key of ``codec_server_tls_cert``."""
+    codec_server_max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
+    """The largest request body the codec server's ``/encode`` and ``/decode`` read (64 MiB:
+    a history page of payloads of up to 2 MiB each); a larger one is answered 413."""
 
     # -- signed approvals ------------------------------------------------------------------
     approvers: str | None = None

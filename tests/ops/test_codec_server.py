@@ -248,12 +248,14 @@ def codec_server(tmp_path: Path) -> Iterator[Any]:
     """Start ``tooltrail codec-server`` processes; they are stopped after the test."""
     started: list[subprocess.Popen[str]] = []
 
-    def start(*args: str) -> tuple[int, subprocess.Popen[str]]:
+    def start(*args: str, **env: str) -> tuple[int, subprocess.Popen[str]]:
         port = free_port()
         proc = subprocess.Popen(
             [*TOOLTRAIL, "codec-server", "--port", str(port), *args],
             cwd=ROOT,
-            env=env_for(tmp_path, TOOLTRAIL_CODEC_KEYS=KEYS, TOOLTRAIL_CODEC_SERVER_TOKEN=TOKEN),
+            env=env_for(
+                tmp_path, TOOLTRAIL_CODEC_KEYS=KEYS, TOOLTRAIL_CODEC_SERVER_TOKEN=TOKEN, **env
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -300,6 +302,67 @@ async def test_the_server_serves_https_with_the_given_certificate(
     # Stopped like a worker: SIGTERM, exit status 0.
     proc.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(proc.wait, 30) == 0
+
+
+MiB = 1024 * 1024
+
+
+def peak_rss(pid: int) -> int:
+    """The most memory the process has held at once (Linux's VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for process {pid}")
+
+
+async def flood(size: int, head: bytes = b"") -> AsyncIterator[bytes]:
+    """``size`` bytes in 1 MiB chunks: sent unsized (chunked) unless a length is declared."""
+    yield head
+    sent = len(head)
+    chunk = b"a" * MiB
+    while sent < size:
+        yield chunk[: size - sent]
+        sent += len(chunk)
+
+
+async def test_an_attacker_cannot_make_the_server_hold_a_big_body(codec_server: Any) -> None:
+    # /login reads its body before any token is checked: anyone can post there.
+    port, proc = codec_server(TOOLTRAIL_CODEC_SERVER_MAX_BODY_BYTES=str(MiB))
+    url = f"http://127.0.0.1:{port}"
+    await wait_for(f"{url}/decode", proc)
+    sealed = as_json(await AesGcmCodec.from_setting(KEYS).encode(PLAIN))
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        # Warm up: what a first request allocates is not the attack's doing.
+        assert (await http.post("/login", data={"token": "x" * 20})).status_code == 401
+        assert (await http.post("/decode", json=sealed, headers=BEARER)).status_code == 200
+        before = peak_rss(proc.pid)
+
+        form = b"token=" + TOKEN.encode() + b"&pad="
+        attacks = [
+            # 64 MiB to /login: unsized (chunked), then with its length declared.
+            ("/login", {}, flood(64 * MiB, form), "65536"),
+            ("/login", {"Content-Length": str(64 * MiB)}, flood(64 * MiB, form), "65536"),
+            # 32 MiB to /decode, over its configured 1 MiB, from the token's holder.
+            ("/decode", BEARER, flood(32 * MiB, b'{"payloads": ['), str(MiB)),
+            ("/decode", {**BEARER, "Content-Length": str(2 * MiB)}, flood(2 * MiB), str(MiB)),
+        ]
+        answers = [
+            (path, await http.post(path, content=body, headers=headers), limit)
+            for path, headers, body, limit in attacks
+        ]
+        # Before the limits were enforced while reading, /login alone grew it by 128 MiB.
+        grown = peak_rss(proc.pid) - before
+        assert grown < 16 * MiB, f"the server's peak memory grew by {grown / MiB:.0f} MiB"
+        for path, answer, limit in answers:
+            assert answer.status_code == 413, (path, answer.text)
+            assert answer.json() == {
+                "error": f"the request body exceeds the limit of {limit} bytes"
+            }
+
+        # Still serving, and a body within the limits is read as before.
+        assert (await http.post("/decode", json=sealed, headers=BEARER)).status_code == 200
+        signed_in = await http.post("/login", data={"token": TOKEN, "pad": "a" * 60_000})
+        assert signed_in.status_code == 200 and COOKIE in signed_in.headers["set-cookie"]
 
 
 @tool

@@ -63,8 +63,15 @@ class CommandError(TooltrailError):
 
 def error_line(message: str) -> None:
     """Print ``error: MESSAGE`` on stderr, as text (never markup)."""
-    # Text, not markup: the message quotes ids and names a model or a caller chose.
-    errors.print(Text("error: ", style="red") + Text(message), soft_wrap=True, highlight=False)
+    from tooltrail.cli.render import terminal_safe
+
+    # Text, not markup, and terminal-safe: the message quotes ids and names a model or a
+    # caller chose.
+    errors.print(
+        Text("error: ", style="red") + Text(terminal_safe(message)),
+        soft_wrap=True,
+        highlight=False,
+    )
 
 
 def fail(message: str) -> typer.Exit:

@@ -20,7 +20,14 @@ from tooltrail.cli.options import (
     NamespaceOption,
     TaskQueueOption,
 )
-from tooltrail.cli.render import id_column, preview, print_json, print_table
+from tooltrail.cli.render import (
+    id_column,
+    preview,
+    print_json,
+    print_table,
+    print_text,
+    safe_text,
+)
 
 if TYPE_CHECKING:
     from tooltrail.core.wire import TurnRecord
@@ -76,9 +83,9 @@ def show_run(run_id: str, *, database_url: str | None, full: bool, json_output: 
             },
         )
         return True
-    console.print(Text("run ") + Text(run_id, style="bold"), soft_wrap=True)
+    print_text(console, Text("run ") + safe_text(run_id, style="bold"))
     for link in links:
-        console.print(Text(link.describe()), soft_wrap=True)
+        print_text(console, link.describe())
     if turns:
         print_table(console, _turns_table(turns))
     else:
@@ -94,11 +101,11 @@ def _turns_table(turns: list[TurnRecord]) -> Table:
         table.add_column(column, no_wrap=column != "error")
     for turn in turns:
         table.add_row(
-            Text(turn.turn_id),
-            Text(turn.status, style=_STATUS_STYLES.get(turn.status, "")),
+            safe_text(turn.turn_id),
+            safe_text(turn.status, style=_STATUS_STYLES.get(turn.status, "")),
             str(turn.call_count),
             turn.started_at.strftime("%Y-%m-%d %H:%M:%S"),
-            Text(preview(turn.error or "", 60)),
+            safe_text(preview(turn.error or "", 60)),
         )
     return table
 
@@ -117,7 +124,7 @@ def _conversation_table(rows: list[ConversationRow], *, full: bool) -> Table:
         calls = ", ".join(f"{call.name} [{call.id}]" for call in message.tool_calls)
         if calls:
             text = f"{text}\n-> {calls}" if text else f"-> {calls}"
-        table.add_row(str(row.seq), message.role, Text(text if full else preview(text, 100)))
+        table.add_row(str(row.seq), message.role, safe_text(text if full else preview(text, 100)))
     return table
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.text import Text
 from temporalio.service import RPCError, RPCStatusCode
 
 from tooltrail.cli._shared import (
@@ -30,7 +29,7 @@ from tooltrail.cli._shared import (
     with_store,
 )
 from tooltrail.cli.options import AddressOption, DatabaseOption, JsonOption
-from tooltrail.cli.render import preview, print_json, print_table
+from tooltrail.cli.render import preview, print_json, print_table, print_text, safe_text
 from tooltrail.errors import ConfigurationError
 from tooltrail.settings import Settings
 
@@ -170,7 +169,7 @@ def approve(
 
     run_command(_answer(turn_id, call_id, temporal_address, answer, database_url))
     signed = f" (signed by {who})" if key is not None else ""
-    console.print(Text(f"approved {call_id} of {turn_id}{signed}"), soft_wrap=True)
+    print_text(console, f"approved {call_id} of {turn_id}{signed}")
 
 
 @app.command()
@@ -202,7 +201,7 @@ def deny(
         )
     )
     signed = f" (signed by {who})" if key is not None else ""
-    console.print(Text(f"denied {call_id} of {turn_id}{signed}"), soft_wrap=True)
+    print_text(console, f"denied {call_id} of {turn_id}{signed}")
 
 
 async def _reviewed(handle: Any, call_id: str, yes: bool) -> dict[str, Any]:
@@ -221,9 +220,9 @@ async def _reviewed(handle: Any, call_id: str, yes: bool) -> dict[str, Any]:
         names = ", ".join(sorted(pending)) or "none"
         raise CommandError(f"call {call_id!r} is not waiting for approval (waiting: {names})")
     shown = json.dumps(waiting.arguments, ensure_ascii=True, sort_keys=True, indent=2)
-    console.print(Text(f"tool: {json.dumps(waiting.tool_name, ensure_ascii=True)}"))
-    console.print(Text(f"question: {json.dumps(waiting.question, ensure_ascii=True)}"))
-    console.print(Text(f"arguments (what the signature approves):\n{shown}"), soft_wrap=True)
+    print_text(console, f"tool: {json.dumps(waiting.tool_name, ensure_ascii=True)}")
+    print_text(console, f"question: {json.dumps(waiting.question, ensure_ascii=True)}")
+    print_text(console, f"arguments (what the signature approves):\n{shown}")
     if not yes and not typer.confirm("Sign this approval?", default=False):
         raise CommandError(f"not signed: call {call_id!r} keeps waiting")
     arguments: dict[str, Any] = waiting.arguments
@@ -327,14 +326,14 @@ def approvals(
             local = item.deadline.astimezone().strftime("%Y-%m-%d %H:%M:%S")
             deadline = f"{local} (in {_duration(left)})"
         table.add_row(
-            Text(item.turn_id),
-            Text(item.tool_call_id),
-            Text(item.tool_name),
+            safe_text(item.turn_id),
+            safe_text(item.tool_call_id),
+            safe_text(item.tool_name),
             age,
             deadline,
-            Text(preview(item.question, 200)),
+            safe_text(preview(item.question, 200)),
             # What an approval would let run: JSON, every control and non-ASCII escaped.
-            Text(preview(json.dumps(item.arguments, ensure_ascii=True, sort_keys=True), 400)),
+            safe_text(preview(json.dumps(item.arguments, ensure_ascii=True, sort_keys=True), 400)),
         )
     print_table(console, table)
 
@@ -367,7 +366,8 @@ def _approval_history(turn_id: str, database_url: str | None, json_output: bool)
 
     from tooltrail.cli.render import id_column
 
-    table = Table(title=f"Approvals of {turn_id}", title_justify="left")
+    # A Text title: the turn id is data, never markup.
+    table = Table(title=safe_text(f"Approvals of {turn_id}"), title_justify="left")
     table.add_column("at", no_wrap=True)
     id_column(table, "call")
     table.add_column("outcome", no_wrap=True)
@@ -382,11 +382,11 @@ def _approval_history(turn_id: str, database_url: str | None, json_output: bool)
         detail = record.problem if record.outcome == "rejected" or not record.verifies else None
         table.add_row(
             record.at.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
-            Text(record.tool_call_id),
-            Text(record.outcome),
-            Text(record.by or ""),
+            safe_text(record.tool_call_id),
+            safe_text(record.outcome),
+            safe_text(record.by or ""),
             signature,
-            Text(preview(detail or record.reason or "", 200)),
+            safe_text(preview(detail or record.reason or "", 200)),
         )
     print_table(console, table)
 
@@ -426,5 +426,5 @@ def approvers_keygen(
             console, {"name": name, "public_key": public_key_text(key), "key_file": str(out)}
         )
         return
-    console.print(Text(f"wrote the private key of {name!r} to {out} (keep it to yourself)"))
-    console.print(Text(f"approver entry for the workers: {entry}"), soft_wrap=True)
+    console.print(safe_text(f"wrote the private key of {name!r} to {out} (keep it to yourself)"))
+    print_text(console, f"approver entry for the workers: {entry}")

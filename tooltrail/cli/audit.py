@@ -24,7 +24,15 @@ from tooltrail.cli._shared import (
     with_store,
 )
 from tooltrail.cli.options import AddressOption, DatabaseOption, JsonOption, TaskQueueOption
-from tooltrail.cli.render import print_json, print_table, results_table, timeline_table, turns_table
+from tooltrail.cli.render import (
+    print_json,
+    print_table,
+    print_text,
+    results_table,
+    safe_text,
+    timeline_table,
+    turns_table,
+)
 from tooltrail.settings import Settings
 
 __all__ = ["audit_list", "audit_reconcile", "audit_show", "audit_verify"]
@@ -104,13 +112,13 @@ def _list_stuck(temporal_address: str | None, limit: int, json_output: bool) -> 
     elif not found:
         console.print("no stuck turns")
     for item in [] if json_output else found:
-        console.print(
+        print_text(
+            console,
             Text("stuck ", style="red")
-            + Text(
+            + safe_text(
                 f"{item.turn_id}: workflow task attempt {item.attempts} "
                 f"(started {item.started_at:%Y-%m-%d %H:%M:%S})"
             ),
-            soft_wrap=True,
         )
     if found:
         raise typer.Exit(EXIT_FOUND)  # a gate fails on stuck turns
@@ -163,17 +171,17 @@ def audit_show(
         )
         return
     if turn is not None:
-        console.print(
+        print_text(
+            console,
             Text("turn ")
-            + Text(turn.turn_id, style="bold")
-            + Text(f"  session {turn.session_id}  status {turn.status}")
-            + Text(f"  error: {turn.error}" if turn.error else ""),
-            soft_wrap=True,
+            + safe_text(turn.turn_id, style="bold")
+            + safe_text(f"  session {turn.session_id}  status {turn.status}")
+            + safe_text(f"  error: {turn.error}" if turn.error else ""),
         )
     for run in shown or [None]:
         events = by_run.get(latest if run is None else run.run_id, [])
         if run is not None and (len(runs) > 1 or run.run_id):
-            console.print(_run_line(run, by_run), soft_wrap=True)
+            print_text(console, _run_line(run, by_run))
         print_table(console, timeline_table(events, full=full))
         _print_rebuilt(events)
         _print_lost_attempts(events)
@@ -211,11 +219,11 @@ def _run_json(run: Any, by_run: dict[str, list[Any]]) -> dict[str, Any]:
 
 
 def _run_line(run: Any, by_run: dict[str, list[Any]]) -> Text:
-    line = Text("run ") + Text(run.run_id or "(no run id)", style="bold")
+    line = Text("run ") + safe_text(run.run_id or "(no run id)", style="bold")
     line += Text(" (latest)" if run.latest else " (earlier run)")
     seq = _branch(run, by_run)
     if seq is not None:
-        line += Text(
+        line += safe_text(
             f"  branched from run {run.branched_from} at seq {seq}: "
             f"records before seq {seq} are the same in both runs"
         )
@@ -229,14 +237,14 @@ def _print_lost_attempts(events: list[Any]) -> None:
         if not lost:
             continue
         for item in lost:
-            console.print(
+            print_text(
+                console,
                 Text("lost ", style="red")
-                + Text(
+                + safe_text(
                     f"call {event.tool_call_id} attempt {event.attempt}: Temporal attempt "
                     f"{item.get('temporal_attempt')} on worker {item.get('worker') or 'unknown'} "
                     f"was lost; attempt {event.temporal_attempt} on {event.worker} completed it"
                 ),
-                soft_wrap=True,
             )
 
 
@@ -282,29 +290,29 @@ def audit_reconcile(
     if json_output:
         print_json(console, report.model_dump(mode="json"))
         return
-    console.print(
-        Text(
+    print_text(
+        console,
+        safe_text(
             f"{report.checked} running turns checked: {len(report.changed)} reconciled, "
             f"{report.still_running} running in Temporal too, "
             f"{len(report.missing)} unknown to Temporal; "
             f"{len(report.rebuilt)} closed turns with no row rebuilt from their histories"
             + (f", {len(report.unreadable)} unreadable here" if report.unreadable else "")
         ),
-        soft_wrap=True,
     )
     for item in report.changed:
-        console.print(
-            Text(f"{item.turn_id}: running -> ")
-            + Text(str(item.status), style="bold")
-            + Text(f" ({item.detail})" if item.detail else ""),
-            soft_wrap=True,
+        print_text(
+            console,
+            safe_text(f"{item.turn_id}: running -> ")
+            + safe_text(str(item.status), style="bold")
+            + safe_text(f" ({item.detail})" if item.detail else ""),
         )
     for item in report.missing:
-        console.print(
-            Text(f"{item.turn_id}: ")
+        print_text(
+            console,
+            safe_text(f"{item.turn_id}: ")
             + Text("unknown to Temporal", style="yellow")
-            + Text(f" ({item.detail}); its row is left running"),
-            soft_wrap=True,
+            + safe_text(f" ({item.detail}); its row is left running"),
         )
     for item in report.rebuilt:
         console.print(
@@ -402,9 +410,10 @@ def audit_verify(
             if report.checkable
             else Text("UNCHECKED", style="yellow")
         )
-        console.print(
+        print_text(
+            console,
             mark
-            + Text(
+            + safe_text(
                 f" {report.turn_id}: {report.attempts_checked} tool attempts checked, "
                 f"trail {report.trail_status}, Temporal {report.temporal_status}"
                 + (
@@ -415,10 +424,9 @@ def audit_verify(
                     else ""
                 )
             ),
-            soft_wrap=True,
         )
         for problem in report.problems:
-            console.print(Text(f"  {problem.kind}: {problem.detail}"), soft_wrap=True)
+            print_text(console, f"  {problem.kind}: {problem.detail}")
     if mismatch:
         raise typer.Exit(EXIT_MISMATCH)
     if unchecked:

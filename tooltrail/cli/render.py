@@ -1,11 +1,17 @@
-"""Human-readable views of turns and audit trails (Rich), shared by the CLI and the demo.
+r"""Human-readable views of turns and audit trails (Rich), shared by the CLI and the demo.
 
-Two rules for everything shown here:
+Three rules for everything shown here:
 
 - what a model, a caller or a tool chose (ids, tool names, arguments, outputs, errors) is
   shown as it is, never read as Rich markup: it goes into ``Text`` objects, or through
   ``escape`` where a line mixes it with markup of ours (a call id ``[/]`` would otherwise
   end a style, or make Rich raise);
+- what they chose never reaches the terminal as control text: ``terminal_safe`` shows control
+  characters, escape sequences and bidi overrides as visible escapes (``\x1b``, ``\u202e``),
+  because a tool output that clears the screen, recolours the rows below it, hides a link
+  behind harmless words or reverses a line would make the operator read something other
+  than what was recorded. ``print_table`` applies it to every cell and ``print_text`` to a
+  line; Rich itself strips a few (BEL, CR) and passes ESC through;
 - ids are never cut short: id columns do not wrap, and ``print_table`` widens the output
   beyond the terminal (or the 80 columns of a pipe) rather than cut one with an ellipsis.
 """
@@ -18,6 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
@@ -36,11 +43,81 @@ __all__ = [
     "preview",
     "print_json",
     "print_table",
+    "print_text",
     "results_table",
+    "safe_text",
     "send_json_to",
+    "terminal_safe",
     "timeline_table",
     "turns_table",
 ]
+
+
+def _visible(code: int) -> str:
+    named = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+    if code in named:
+        return named[code]
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+_BIDI_CONTROLS = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+"""Arabic letter mark, LRM, RLM, the embeddings and overrides (LRE..RLO) and the isolates."""
+_UNSAFE = (
+    *range(0x00, 0x20),  # C0, ESC among them
+    0x7F,  # DEL
+    *range(0x80, 0xA0),  # C1: 0x9B is a one-byte CSI to terminals that read them
+    *_BIDI_CONTROLS,
+    # Lone surrogates (a JSON "\ud800" decodes to one): unencodable, they would make the
+    # command fail with a UnicodeEncodeError in the middle of its output.
+    *range(0xD800, 0xE000),
+)
+_SINGLE_LINE = {code: _visible(code) for code in _UNSAFE}
+_MULTI_LINE = {code: shown for code, shown in _SINGLE_LINE.items() if code not in (0x09, 0x0A)}
+
+
+def terminal_safe(text: str, *, single_line: bool = False) -> str:
+    r"""Return ``text`` with what a terminal would obey instead of show made visible.
+
+    C0 controls (ESC, so every escape sequence: clear-screen, colours, OSC 8 links), DEL,
+    C1 controls, Unicode bidi controls and isolates (U+202E reverses what follows it) and
+    lone surrogates become escapes an operator can read and see were there: ESC is shown
+    as ``\x1b``, U+202E as ``\u202e``, a newline as ``\n``. Newlines and tabs are kept
+    unless ``single_line`` (a table cell of ids, a one-line field). Backslashes are left as
+    they are: a text that spells an escape out (a literal ``\x1b``) reads the same as one
+    that held the character, which is harmless; ``--json`` tells the two apart.
+
+    Args:
+        text: what a model, a tool, a caller or an approver chose.
+        single_line: escape newlines and tabs too.
+    """
+    return text.translate(_SINGLE_LINE if single_line else _MULTI_LINE)
+
+
+def safe_text(text: str, style: str | Style = "") -> Text:
+    """Return a ``Text`` of data: terminal-safe (see ``terminal_safe``), never markup.
+
+    Build every ``Text`` of data with it rather than with ``Text(...)``: Rich's ``Text``
+    drops BEL, BS, VT, FF and CR silently, so an escape made afterwards could no longer
+    show that they were there.
+    """
+    return Text(terminal_safe(text), style=style)
+
+
+def _made_safe(text: Text, *, single_line: bool = False) -> Text:
+    """Return ``text`` terminal-safe, its styles kept: the last pass, at printing."""
+    plain = text.plain
+    if terminal_safe(plain, single_line=single_line) == plain:
+        return text
+    # Cut at every style boundary: each piece is then styled as a whole, and keeps its
+    # styles however much longer its escaped text gets.
+    cuts = sorted({offset for span in text.spans for offset in (span.start, span.end)})
+    safe = text.blank_copy()
+    for piece in text.divide(cuts):
+        part = Text(terminal_safe(piece.plain, single_line=single_line))
+        for span in piece.spans:
+            part.stylize(span.style)
+        safe.append_text(part)
+    return safe
 
 
 def preview(text: str, width: int = 72) -> str:
@@ -57,6 +134,24 @@ def id_column(table: Table, header: str, **options: Any) -> None:
     table.add_column(header, no_wrap=True, overflow="ignore", **options)
 
 
+def _safe_cell(cell: Any, single_line: bool) -> Any:
+    if isinstance(cell, Text):
+        return _made_safe(cell, single_line=single_line)
+    if isinstance(cell, str):  # markup of ours: a str cell holds no data (see above)
+        return terminal_safe(cell, single_line=single_line)
+    return cell
+
+
+def _make_safe(table: Table) -> None:
+    """Make every cell and the title of ``table`` terminal-safe, in place."""
+    table.title = _safe_cell(table.title, single_line=False)
+    for column in table.columns:
+        # Here rather than in each ``add_row``: no command can forget it. Rich offers the
+        # cells read-only (``cells``); ``_cells`` is the list they come from. Columns that
+        # do not wrap hold ids and names: one line each, a newline shown as ``\n``.
+        column._cells = [_safe_cell(cell, column.no_wrap) for cell in column._cells]
+
+
 def print_table(console: Console, table: Table) -> None:
     """Print ``table`` at least as wide as its id columns need, wider than the terminal if so.
 
@@ -64,7 +159,10 @@ def print_table(console: Console, table: Table) -> None:
     a last resort, cuts every column with an ellipsis; an id cut short is useless to whoever
     copies it into the next command. Text columns wrap first; if the ids alone do not fit,
     the table is printed wider than the console.
+
+    Every cell is made terminal-safe first (``terminal_safe``), whichever command built it.
     """
+    _make_safe(table)
     # Measured without the console's limit (Rich clamps every measure to it).
     unlimited = console.options.update_width(_UNLIMITED)
     for column in table.columns:
@@ -87,6 +185,11 @@ def print_table(console: Console, table: Table) -> None:
     wide.print(table)
 
 
+def print_text(console: Console, text: Text | str) -> None:
+    """Print a line that holds data: terminal-safe, never markup, never wrapped by Rich."""
+    console.print(_made_safe(safe_text(text) if isinstance(text, str) else text), soft_wrap=True)
+
+
 def results_table(results: Sequence[ToolDispatchResult], title: str = "Results") -> Table:
     """The results of a turn, in the model's order."""
     table = Table(title=title, title_justify="left")
@@ -98,11 +201,11 @@ def results_table(results: Sequence[ToolDispatchResult], title: str = "Results")
     for result in results:
         status = Text("soft error", style="yellow") if result.is_error else Text("ok", "green")
         table.add_row(
-            Text(result.tool_call_id),
-            Text(result.resolved_tool_name),
+            safe_text(result.tool_call_id),
+            safe_text(result.resolved_tool_name),
             status,
             f"{result.duration_ms:.1f}",
-            Text(preview(render_text(result.output))),
+            safe_text(preview(render_text(result.output))),
         )
     return table
 
@@ -119,44 +222,53 @@ def _recovery_detail(payload: dict[str, object]) -> Text:
     if kind == "retry":
         text = Text.assemble(
             ("retry", "cyan"),
-            f" in {action.get('delay_ms')} ms as attempt {payload.get('next_attempt')}{why}",
+            terminal_safe(
+                f" in {action.get('delay_ms')} ms as attempt {payload.get('next_attempt')}{why}"
+            ),
         )
     else:
         reason = action.get("reason") or action.get("prompt") or ""
-        text = Text.assemble((str(kind), "yellow"), f"{why}: {preview(str(reason), 60)}")
+        text = Text.assemble(
+            (terminal_safe(str(kind)), "yellow"),
+            terminal_safe(f"{why}: {preview(str(reason), 60)}"),
+        )
     problem = payload.get("correction_problem")
     if problem:
-        text.append(f"; correction unusable: {problem}", style="red")
+        text.append(terminal_safe(f"; correction unusable: {problem}"), style="red")
     return text
 
 
 def _event_detail(event: AuditEvent, full: bool) -> Text:
     payload = event.payload
     if event.kind == "tool_call_received":
-        return Text(f"input {preview(str(payload.get('input')), 10_000 if full else 60)}")
+        return safe_text(f"input {preview(str(payload.get('input')), 10_000 if full else 60)}")
     if event.kind == "tool_post":
         output = payload.get("output")
         text = output if isinstance(output, str) else str(output)
         shown = text if full else preview(text, 60)
         style = "yellow" if payload.get("is_error") else "green"
         label = "soft error" if payload.get("is_error") else "ok"
-        return Text.assemble((label, style), f" {payload.get('duration', 0):.1f} ms  {shown}")
+        return Text.assemble(
+            (label, style), terminal_safe(f" {payload.get('duration', 0):.1f} ms  {shown}")
+        )
     if event.kind == "tool_pre":
         return Text("")
     if event.kind == "recovery_decision":
         return _recovery_detail(payload)
     if event.kind == "turn_started":
-        return Text(f"session {payload.get('session_id')}, {payload.get('calls')} calls")
+        return safe_text(f"session {payload.get('session_id')}, {payload.get('calls')} calls")
     if event.kind == "turn_end":
         state = "success" if payload.get("success") else f"failed: {payload.get('error')}"
-        return Text(
+        return safe_text(
             f"phase {payload.get('phase')}, {state}, {payload.get('duration_ms', 0):.1f} ms"
         )
     if event.kind == "tool_routed":
-        return Text(f"sent to {payload.get('task_queue')} (a worker there has the tool)")
+        return safe_text(f"sent to {payload.get('task_queue')} (a worker there has the tool)")
     if event.kind == "turn_cancelled":
-        return Text(f"finished calls: {', '.join(payload.get('finished_calls', [])) or 'none'}")
-    return Text(preview(str(payload), 10_000 if full else 80))
+        return safe_text(
+            f"finished calls: {', '.join(payload.get('finished_calls', [])) or 'none'}"
+        )
+    return safe_text(preview(str(payload), 10_000 if full else 80))
 
 
 def _event_kind(event: AuditEvent) -> Text:
@@ -164,13 +276,13 @@ def _event_kind(event: AuditEvent) -> Text:
     # first write) say so: what a worker wrote and what was read back differ in what they
     # can tell (no hook decisions, no memory).
     if event.payload.get("rebuilt") is True:
-        return Text.assemble(event.kind, (" (rebuilt)", "magenta"))
-    return Text(event.kind)
+        return Text.assemble(safe_text(event.kind), (" (rebuilt)", "magenta"))
+    return safe_text(event.kind)
 
 
 def timeline_table(events: Sequence[AuditEvent], *, full: bool = False, title: str = "") -> Table:
     """A turn's audit trail as a timeline: one row per event, times relative to the start."""
-    table = Table(title=Text(title or "Audit timeline"), title_justify="left")
+    table = Table(title=safe_text(title or "Audit timeline"), title_justify="left")
     table.add_column("seq", justify="right", no_wrap=True)
     table.add_column("+ms", justify="right", no_wrap=True)
     table.add_column("event", no_wrap=True)
@@ -185,8 +297,8 @@ def timeline_table(events: Sequence[AuditEvent], *, full: bool = False, title: s
             str(event.seq),
             f"{offset:.0f}",
             _event_kind(event),
-            Text(event.tool_call_id or ""),
-            Text(event.tool_name or ""),
+            safe_text(event.tool_call_id or ""),
+            safe_text(event.tool_name or ""),
             "" if event.attempt is None else str(event.attempt),
             _event_detail(event, full),
         )
@@ -210,9 +322,9 @@ def turns_table(turns: Sequence[TurnSummary]) -> Table:
     }
     for turn in turns:
         table.add_row(
-            Text(turn.turn_id),
-            Text(turn.session_id),
-            Text(turn.status, style=styles.get(turn.status, "")),
+            safe_text(turn.turn_id),
+            safe_text(turn.session_id),
+            safe_text(turn.status, style=styles.get(turn.status, "")),
             turn.started_at.strftime("%Y-%m-%d %H:%M:%S"),
             str(turn.call_count),
             str(turn.error_results),

@@ -18,6 +18,13 @@ token in the cookie that ``/login`` sets for a browser: the Temporal UI sends an
 credentials" it sends the codec server's cookies. Preflights carry no credentials by the
 CORS rules, so they need none and reveal nothing.
 
+Every request body is bounded before it is read, and read incrementally: a ``Content-Length``
+over the limit is answered 413 at once, and a chunked (unsized) body is refused with 413 as
+soon as it grows past the limit, so what a request can make the server hold is the limit
+plus one chunk, whoever sends it (``/login`` takes no token before its body is read: its
+limit is ``LOGIN_MAX_BODY_BYTES``). uvicorn reads and discards the rest of a refused body
+without keeping it.
+
 Built on Starlette and uvicorn (both already installed with tooltrail, as MCP's HTTP
 transport uses them): uvicorn brings a hardened HTTP/1.1 parser and TLS (``--tls-cert`` /
 ``--tls-key``), which a hand-written stdlib server would have to re-implement.
@@ -52,6 +59,7 @@ __all__ = [
     "ALLOWED_HEADERS",
     "COOKIE",
     "DEFAULT_PORT",
+    "LOGIN_MAX_BODY_BYTES",
     "MAX_BODY_BYTES",
     "MIN_TOKEN_LENGTH",
     "build_app",
@@ -65,7 +73,10 @@ DEFAULT_PORT = 8081
 ALLOWED_HEADERS = "Content-Type, Authorization, X-Namespace"
 """What the Temporal UI sends with a codec request (its preflight asks for these)."""
 MAX_BODY_BYTES = 64 * 1024 * 1024
-"""The largest request body accepted: a history page of payloads of up to 2 MiB each."""
+"""The default largest body of ``/encode`` and ``/decode``: a history page of payloads of up
+to 2 MiB each (``TOOLTRAIL_CODEC_SERVER_MAX_BODY_BYTES`` changes it)."""
+LOGIN_MAX_BODY_BYTES = 64 * 1024
+"""The largest body ``/login`` reads: its form holds one token."""
 COOKIE = "tooltrail_codec_token"
 """The cookie ``/login`` sets: the token, for browsers (the Temporal UI; see ``_login``)."""
 COOKIE_MAX_AGE_S = 12 * 3600
@@ -78,15 +89,35 @@ def _problem(status: int, message: str, headers: dict[str, str] | None = None) -
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
-async def _read_payloads(request: Request, headers: dict[str, str]) -> Payloads | Response:
-    """The request's payloads, or the error response for a body too large or malformed."""
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The request's body, or ``None`` as soon as it is known to exceed ``limit`` bytes.
+
+    Never ``request.body()``, which keeps whatever arrives: a declared length over the
+    limit is refused unread, and an unsized (chunked) body is read chunk by chunk and
+    dropped once past the limit.
+    """
     declared = request.headers.get("content-length")
-    too_large = _problem(413, f"the body exceeds {MAX_BODY_BYTES} bytes", headers)
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        return too_large
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        return too_large
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
+def _too_large(limit: int, headers: dict[str, str] | None = None) -> Response:
+    return _problem(413, f"the request body exceeds the limit of {limit} bytes", headers)
+
+
+async def _read_payloads(
+    request: Request, headers: dict[str, str], limit: int
+) -> Payloads | Response:
+    """The request's payloads, or the error response for a body too large or malformed."""
+    body = await _read_body(request, limit)
+    if body is None:
+        return _too_large(limit, headers)
     payloads = Payloads()
     try:
         json_format.Parse(body or b"{}", payloads)
@@ -95,7 +126,13 @@ async def _read_payloads(request: Request, headers: dict[str, str]) -> Payloads 
     return payloads
 
 
-def build_app(codec: PayloadCodec, *, token: str, origins: Sequence[str]) -> Starlette:
+def build_app(
+    codec: PayloadCodec,
+    *,
+    token: str,
+    origins: Sequence[str],
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> Starlette:
     """Return the codec server's ASGI application.
 
     Args:
@@ -103,6 +140,8 @@ def build_app(codec: PayloadCodec, *, token: str, origins: Sequence[str]) -> Sta
         token: the bearer token every ``POST`` must carry (or the cookie of ``/login``).
         origins: the browser origins allowed to call it (the Temporal UI's, e.g.
             ``http://localhost:8233``); ``*`` allows any.
+        max_body_bytes: the largest body ``/encode`` and ``/decode`` read; a larger one is
+            answered 413 (``/login`` reads at most ``LOGIN_MAX_BODY_BYTES``).
 
     Raises:
         ConfigurationError: the token is shorter than ``MIN_TOKEN_LENGTH``.
@@ -146,7 +185,7 @@ def build_app(codec: PayloadCodec, *, token: str, origins: Sequence[str]) -> Sta
             return _problem(
                 401, "a bearer token is required", headers | {"WWW-Authenticate": "Bearer"}
             )
-        payloads = await _read_payloads(request, headers)
+        payloads = await _read_payloads(request, headers, max_body_bytes)
         if isinstance(payloads, Response):
             return payloads
         try:
@@ -207,8 +246,11 @@ async def _login(request: Request, token: bytes) -> Response:
     page = "Paste the codec server's token to decode payloads in this browser."
     if request.method == "GET":
         return HTMLResponse(_LOGIN_PAGE.format(message=page))
-    body = await request.body()
-    fields = parse_qs(body.decode("utf-8", "replace")) if len(body) < 4096 else {}
+    # Anyone may post here, token or not: the body is bounded before it is read.
+    body = await _read_body(request, LOGIN_MAX_BODY_BYTES)
+    if body is None:
+        return _too_large(LOGIN_MAX_BODY_BYTES)
+    fields = parse_qs(body.decode("utf-8", "replace"))
     given = (fields.get("token") or [""])[0].strip().encode()
     if not hmac.compare_digest(given, token):
         return HTMLResponse(_LOGIN_PAGE.format(message="That is not the token."), 401)
@@ -264,7 +306,12 @@ async def serve(
     if (cert is None) != (key is None):
         raise ConfigurationError("TLS needs both a certificate and its key (--tls-cert, --tls-key)")
     allowed = list(origins) if origins else settings.codec_server_origin_list()
-    app = build_app(codec, token=settings.codec_server_token.get_secret_value(), origins=allowed)
+    app = build_app(
+        codec,
+        token=settings.codec_server_token.get_secret_value(),
+        origins=allowed,
+        max_body_bytes=settings.codec_server_max_body_bytes,
+    )
     config = uvicorn.Config(
         app,
         host=host,
