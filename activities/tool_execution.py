@@ -20,6 +20,7 @@ from typing import Any, Literal, assert_never
 
 from pydantic_core import to_jsonable_python
 from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from tooltrail.activities.body_journal import AttemptJournal, read_journal, until_written
@@ -203,6 +204,20 @@ ORPHAN_RESULT_KEEP_S = 600.0
 """How long a body the server gave up on keeps its result for the attempt's retry."""
 
 
+async def _cancel_if_closed(task: asyncio.Task[Ran], info: activity.Info) -> None:
+    """Cancel a body the server gave up on if its workflow has closed (none will adopt it)."""
+    try:
+        handle = activity.client().get_workflow_handle(
+            info.workflow_id or "", run_id=info.workflow_run_id
+        )
+        described = await handle.describe()
+    except Exception:  # cannot tell: a running body is left to finish
+        log.debug("cannot describe workflow %r", info.workflow_id, exc_info=True)
+        return
+    if described.status != WorkflowExecutionStatus.RUNNING:
+        task.cancel()
+
+
 def _body_key(info: activity.Info) -> tuple[str, str, str]:
     return (info.workflow_id or "", info.workflow_run_id or "", info.activity_id or "")
 
@@ -274,6 +289,7 @@ class ToolActivities:
         # Bodies of regular attempts by (workflow, run, activity id): a retry of an attempt
         # whose body still runs here waits for it (``_body``, ``_earlier_run``).
         self._bodies: dict[tuple[str, str, str], tuple[int, asyncio.Task[Ran]]] = {}
+        self._watchers: set[asyncio.Task[None]] = set()
 
     @activity.defn(name=TOOL_EXECUTE)
     async def execute(self, inp: ExecuteAttempt) -> AttemptOutcome:
@@ -496,6 +512,11 @@ class ToolActivities:
             details = activity.cancellation_details()
             if details is not None and (details.not_found or details.timed_out):
                 if not task.done():
+                    # "Not found" also means the workflow closed (a cancelled turn): then
+                    # nobody will adopt the result, and the body is cancelled after all.
+                    watch = asyncio.create_task(_cancel_if_closed(task, info))
+                    self._watchers.add(watch)
+                    watch.add_done_callback(self._watchers.discard)
                     log.warning(
                         "tool %r: Temporal gave up on attempt %d of call %r while its body "
                         "runs (this worker's heartbeats were late); the body goes on, and the "
@@ -505,8 +526,10 @@ class ToolActivities:
                         inp.tool_call_id,
                     )
                 raise
+            # Asked by the workflow (or a shutdown): the body is cancelled as it always was,
+            # and the attempt ends as the body does (a sync body sees the flag and returns).
             task.cancel()
-            raise
+            return await task
 
     def _forget_later(self, key: tuple[str, str, str], task: asyncio.Task[Ran]) -> None:
         """Keep a finished body's result for a retry a while, then let it go."""
