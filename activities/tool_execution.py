@@ -493,7 +493,7 @@ class ToolActivities:
 
         When Temporal stops waiting for an attempt whose worker is alive but behind (its
         heartbeats late: a backlog, a starved loop, a paused process), the SDK cancels the
-        activity (``not_found``/``timed_out``) and Temporal sends the attempt again. The
+        activity (``not_found``) and Temporal sends the attempt again. The
         body is not cancelled then: it may be half way through a side effect, and the retry
         would run it a second time. It runs on, and a retry of the same attempt in this
         process waits for it and adopts its result (``_earlier_run``). A cancellation the
@@ -510,7 +510,10 @@ class ToolActivities:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
             details = activity.cancellation_details()
-            if details is not None and (details.not_found or details.timed_out):
+            # Not found: the server no longer waits for this attempt (its heartbeats came
+            # late) and retries it. A timeout of the attempt's own (start-to-close) is not
+            # that: its time is up, and the body is cancelled as before.
+            if details is not None and details.not_found:
                 if not task.done():
                     # "Not found" also means the workflow closed (a cancelled turn): then
                     # nobody will adopt the result, and the body is cancelled after all.
