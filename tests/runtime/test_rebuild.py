@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
@@ -26,7 +26,7 @@ from tests.runtime.test_reconcile import HOST, temporal_cli, until_status
 from tests.support import crash_tools
 from tests.support.cli_runner import run_cli
 from tooltrail import RunConfig, ToolCall, Tooltrail
-from tooltrail.core.wire import AuditEvent
+from tooltrail.core.wire import AuditEvent, ExecuteAttempt
 from tooltrail.db.store import AuditStore
 from tooltrail.runtime.reconciler import BackgroundReconciler, reconcile
 from tooltrail.runtime.worker import settings_data_converter
@@ -38,13 +38,28 @@ LATE_BATCH = RunConfig(audit_interval_s=60)
 
 
 async def until_tool_runs(tt: Tooltrail, turn_id: str, tool: str) -> None:
-    """Wait until an attempt of ``tool`` has started on a worker."""
+    """Wait until an attempt of ``tool`` has started on a worker.
+
+    Read from the history (the scheduled attempt's input names its tool), so an earlier
+    call's attempt, pending for a moment on a loaded machine, does not pass for it.
+    """
     handle = tt.client.get_workflow_handle(turn_id)
     for _ in range(300):
+        ours: set[str] = set()
+        for event in (await handle.fetch_history()).events:
+            if event.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                continue
+            attributes = event.activity_task_scheduled_event_attributes
+            if attributes.activity_type.name != "tooltrail.tool.execute":
+                continue
+            (request,) = await tt.client.data_converter.decode(
+                list(attributes.input.payloads), [ExecuteAttempt]
+            )
+            if request.tool_name == tool:
+                ours.add(attributes.activity_id)
         pending = (await handle.describe()).raw_description.pending_activities
         if any(
-            p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
-            and p.activity_type.name == "tooltrail.tool.execute"
+            p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED and p.activity_id in ours
             for p in pending
         ):
             return
