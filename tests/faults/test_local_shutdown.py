@@ -41,7 +41,7 @@ async def sqlite_locked(tmp_path: Path) -> AsyncIterator[tuple[str, object]]:
     url = f"sqlite:///{tmp_path / 'locked.db'}"
     await upgrade(url)
     # A worker writes at start too (its directory rows): the lock waits for those writes.
-    holder = sqlite3.connect(tmp_path / "locked.db", isolation_level=None, timeout=10)
+    holder = sqlite3.connect(tmp_path / "locked.db", isolation_level=None, timeout=30)
 
     async def break_it() -> None:
         holder.execute("BEGIN EXCLUSIVE")  # every writer now waits, then fails: "locked"

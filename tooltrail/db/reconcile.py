@@ -32,6 +32,7 @@ __all__ = [
     "EPOCH",
     "RebuildWatermark",
     "close_turn",
+    "earliest_turn_start",
     "load_watermark",
     "mark_checked",
     "record_rebuilt_turn",
@@ -200,6 +201,12 @@ async def save_watermark(
         set_={column: stmt.excluded[column] for column in values},
     )
     await session.execute(stmt)
+
+
+async def earliest_turn_start(session: AsyncSession) -> datetime | None:
+    """When the database's first turn started (``None``: it has none)."""
+    first = await session.scalar(select(func.min(TurnRow.started_at)))
+    return _aware(first) if first is not None else None
 
 
 async def turns_with_rows(session: AsyncSession, *, turn_ids: Sequence[str]) -> set[str]:

@@ -40,6 +40,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from tooltrail.db.reconcile import (
     RebuildWatermark,
     close_turn,
+    earliest_turn_start,
     load_watermark,
     mark_checked,
     record_rebuilt_turn,
@@ -96,6 +97,9 @@ _DESCRIBES = 8
 _OVERLAP = timedelta(seconds=60)
 """How far back a new window of closed turns starts before the last one ended: a close that
 Temporal's visibility indexed late (it lags the history a little) is still listed."""
+FIRST_PASS_LOOKBACK_S = 600.0
+"""How far before now a database's first pass looks for closed turns when it has no turn of
+its own yet (with turns, it looks back to the earliest)."""
 _SCANS_PER_REBUILD = 20
 """Closed turns a pass lists at most, per turn it may rebuild (listing is cheap: ids only)."""
 _TICK = timedelta(microseconds=1)
@@ -376,6 +380,14 @@ async def _rebuild_pass(
     if started_since is None:
         async with store.sessions() as session:
             mark = await load_watermark(session, **scope)
+            if mark == RebuildWatermark():
+                # A database's first pass: the turns that are its own are those since its
+                # first turn, or since shortly before now for an empty one; not every turn the
+                # namespace ever closed on the queue (a new database beside an old namespace,
+                # a test's beside a shared server, would rebuild strangers' trails).
+                first = await earliest_turn_start(session)
+                since = now - timedelta(seconds=FIRST_PASS_LOOKBACK_S)
+                mark = RebuildWatermark(closed_since=since if first is None else min(first, since))
     window_end = mark.window_end or now - timedelta(seconds=settle_s)
     mark = mark.model_copy(update={"window_end": window_end})
     query = _closed_turns_query(
