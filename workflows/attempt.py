@@ -14,7 +14,6 @@ from typing import Any, NoReturn, assert_never
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
 
 from tooltrail.core.detection import LoopCheck, operation_for, primary_value
 from tooltrail.core.envelopes import open_outcome
@@ -22,7 +21,14 @@ from tooltrail.core.hooks import HookDecision
 from tooltrail.core.memoize import MemoEntry
 from tooltrail.core.recovery import MAX_RECOVERY_ATTEMPTS
 from tooltrail.core.results import ToolCall, ToolDispatchResult
-from tooltrail.core.text import BREAKER_OPEN, canonical_json, render_text, stable_hash, trajectory
+from tooltrail.core.text import (
+    BREAKER_OPEN,
+    canonical_json,
+    render_text,
+    stable_hash,
+    timed_out,
+    trajectory,
+)
 from tooltrail.core.wire import (
     AttemptOutcome,
     AttemptResult,
@@ -39,7 +45,12 @@ from tooltrail.core.wire import (
 )
 from tooltrail.errors import LoopDetected, ToolRecoveryExhausted
 from tooltrail.workflows.approvals import Approvals
-from tooltrail.workflows.failures import infra_failed, raise_if_cancelled
+from tooltrail.workflows.failures import (
+    ATTEMPT_FAILURES,
+    infra_failed,
+    out_of_time,
+    raise_if_cancelled,
+)
 from tooltrail.workflows.memo import memo_hit, memo_in_place, memo_update
 from tooltrail.workflows.recovery import Recovery
 from tooltrail.workflows.routes import ToolRoutes
@@ -57,6 +68,18 @@ _INLINE_BUDGET_PATCH = "tooltrail-inline-budget"
 
 # Margin on top of a tool's own timeout, so the tool's soft timeout text wins over Temporal's.
 _TIMEOUT_MARGIN = timedelta(seconds=30)
+
+ATTEMPT_TIMEOUTS_PATCH = "tooltrail-attempt-timeouts"
+"""Patch: an attempt that ran out of its timeout is answered ``Tool '{name}' timed out after
+{secs}s``, as the tool's own ``timeout_s`` is (histories before it answered Temporal's words,
+``activity StartToClose timeout``). Asked only when an attempt timed out."""
+
+# Temporal's retries of an attempt are for a lost worker (its heartbeats stop: a heartbeat
+# timeout) and failures inside the activity (the database). An attempt that used up its whole
+# start-to-close timeout is neither: its body started and hung, and another start would run
+# the tool again unseen by the trail (a body without ``timeout_s`` was started
+# ``infrastructure_retries`` times). The server reads this type for the timeout.
+_TIMEOUT_NOT_RETRIED = "TemporalTimeout:StartToClose"
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -452,6 +475,7 @@ class CallPipeline:
             initial_interval=timedelta(milliseconds=500),
             maximum_interval=timedelta(seconds=10),
             maximum_attempts=config.infrastructure_retries,
+            non_retryable_error_types=[_TIMEOUT_NOT_RETRIED],
         )
         try:
             # On the turn's queue (@tool(local=True): as a local activity, see the durability
@@ -463,7 +487,14 @@ class CallPipeline:
                 heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_s),
                 retry_policy=retry,
             )
-        except (ActivityError, ApplicationError) as failure:
+        except ATTEMPT_FAILURES as failure:
+            if out_of_time(failure) and workflow.patched(ATTEMPT_TIMEOUTS_PATCH):
+                # One start, one answer: the same words as the tool's own timeout.
+                return InfraFailed(
+                    output=timed_out(tool_name, timeout.total_seconds()),
+                    is_error=True,
+                    resolved_tool_name=tool_name,
+                )
             # Temporal's infrastructure retries are spent (spec §14): a soft failed attempt.
             return infra_failed(failure, tool_name)
         # What the activity left unsaid (the request says it) comes back first.

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import asyncio
 
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 from tooltrail.core.wire import InfraFailed
 from tooltrail.errors import LoopDetected, ToolRecoveryExhausted, TurnError
 
 __all__ = [
+    "ATTEMPT_FAILURES",
+    "AttemptFailure",
     "application_error",
     "cancelling",
     "failure_text",
     "infra_failed",
+    "out_of_time",
     "raise_if_cancelled",
     "raise_if_cancelled_activity",
 ]
@@ -28,20 +32,42 @@ __all__ = [
 # is its own ApplicationError (its timeouts are wrapped either way). So wherever an activity's
 # failure is an answer, the turn catches both.
 
+AttemptFailure = ActivityError | ApplicationError | TemporalTimeoutError
+"""What a failed tool attempt raises in the workflow."""
 
-def failure_text(failure: ActivityError | ApplicationError) -> str:
+ATTEMPT_FAILURES = (ActivityError, ApplicationError, TemporalTimeoutError)
+"""The classes of ``AttemptFailure``, to catch. A local attempt's timeout arrives wrapped in an
+``ActivityError`` when it happens, but bare when a worker replays it (the SDK rebuilds it from
+the history's marker): a turn whose local attempt timed out could not be replayed without it."""
+
+
+def failure_text(failure: AttemptFailure) -> str:
     """What failed: a regular activity's cause, or a local activity's own error."""
     cause = failure.cause if isinstance(failure, ActivityError) else None
     return str(cause or failure)
 
 
-def infra_failed(failure: ActivityError | ApplicationError, tool_name: str) -> InfraFailed:
+def infra_failed(failure: AttemptFailure, tool_name: str) -> InfraFailed:
     """The soft failed attempt of an activity whose infrastructure retries are spent (§14)."""
     return InfraFailed(
         output=failure_text(failure),
         is_error=True,
         duration_ms=0.0,
         resolved_tool_name=tool_name,
+    )
+
+
+def out_of_time(failure: AttemptFailure) -> bool:
+    """Whether an attempt failed because it ran out of its timeout (not a lost worker).
+
+    A regular attempt's start-to-close timeout, or a local one's schedule-to-close (which
+    bounds a local attempt with its retries: ``workflows.routes``); a heartbeat timeout is a
+    lost worker, and is not this.
+    """
+    cause = failure.cause if isinstance(failure, ActivityError) else failure
+    return isinstance(cause, TemporalTimeoutError) and cause.type in (
+        TimeoutType.START_TO_CLOSE,
+        TimeoutType.SCHEDULE_TO_CLOSE,
     )
 
 

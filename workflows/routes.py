@@ -84,11 +84,15 @@ class ToolRoutes:
         while True:
             try:
                 if local and queue is None:
+                    # The SDK retries a local attempt's timeout whatever the retry policy
+                    # says: the whole attempt, retries included, gets the attempt's time, so a
+                    # hung body is not started again (a failure inside it still is, at once).
                     outcome: AttemptOutcome = await workflow.execute_local_activity(
                         TOOL_EXECUTE,
                         request,
                         result_type=ATTEMPT_OUTCOME,
                         start_to_close_timeout=start_to_close_timeout,
+                        schedule_to_close_timeout=start_to_close_timeout,
                         retry_policy=retry_policy,
                     )
                 else:

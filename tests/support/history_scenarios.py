@@ -494,6 +494,35 @@ async def local_attempt_spent(tt: Tooltrail) -> str:
     return turn.turn_id
 
 
+@tool
+async def hangs() -> str:
+    """Never return in time (a regular tool without timeout_s)."""
+    await asyncio.sleep(3600)
+    return "late"
+
+
+@tool(local=True)
+async def hangs_local() -> str:
+    """Never return in time (a local tool without timeout_s)."""
+    await asyncio.sleep(3600)
+    return "late"
+
+
+async def attempt_timed_out(tt: Tooltrail) -> str:
+    # tooltrail-attempt-timeouts: an attempt out of tool_timeout_s is started once and
+    # answered "timed out", a regular one and a local one.
+    turn = await tt.run_turn(
+        [ToolCall("c1", "hangs", {}), ToolCall("c2", "hangs_local", {})],
+        session_id="hist-timed-out",
+        config=RunConfig(tool_timeout_s=1, recovery=NoRetry()),
+    )
+    assert [r.output for r in turn.results] == [
+        "Tool 'hangs' timed out after 1s",
+        "Tool 'hangs_local' timed out after 1s",
+    ], turn.results
+    return turn.turn_id
+
+
 async def model_call_cancelled(tt: Tooltrail) -> str:
     # The run is cancelled while its turn waits for the model: the turn ends cancelled.
     handle = await tt.start_agent("wait", session_id="hist-model-cancel")
@@ -685,6 +714,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "model_turn": (model_turn, Host(TOOLS, model=agent_model())),
     "model_turn_local_model": (local_model_turn, Host(TOOLS, model=agent_model())),
     "local_attempt_spent": (local_attempt_spent, Host([*TOOLS, charge_local])),
+    "attempt_timed_out": (attempt_timed_out, Host([*TOOLS, hangs, hangs_local])),
     "model_call_cancelled": (model_call_cancelled, Host(TOOLS, model=SlowModel())),
     "reflector_cancelled": (reflector_cancelled, Host(TOOLS, reflector=PonderingReflector())),
     "close_session_fails": (close_session_fails, Host(TOOLS)),

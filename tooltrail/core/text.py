@@ -34,6 +34,7 @@ __all__ = [
     "quoted",
     "render_text",
     "stable_hash",
+    "timed_out",
     "too_many_calls",
     "trajectory",
     "trunc",
@@ -137,6 +138,15 @@ def panicked(name: str, message: str) -> str:
     if not message:
         return f"tool '{name}' panicked (unknown payload)"
     return f"tool '{name}' panicked: {message}"
+
+
+def timed_out(name: str, seconds: float) -> str:
+    """Text for an attempt that ran out of its time (spec §2.3's timeout text).
+
+    The tool's own ``timeout_s`` and Temporal's timeout of the attempt (``tool_timeout_s``)
+    give the model the same words.
+    """
+    return f"Tool '{name}' timed out after {seconds:g}s"
 
 
 def duplicate_call_id(call_id: str, limit: int | None = QUOTE_CHARS) -> str:
