@@ -205,7 +205,13 @@ ORPHAN_RESULT_KEEP_S = 600.0
 
 
 async def _cancel_if_closed(task: asyncio.Task[Ran], info: activity.Info) -> None:
-    """Cancel a body the server gave up on if its workflow has closed (none will adopt it)."""
+    """Cancel a body the server no longer knows unless a retry of its attempt is coming.
+
+    "Not found" says the server stopped waiting for this Temporal attempt: its heartbeats came
+    late (a retry follows, which adopts the body's result), its own time was up and it is not
+    retried, or the workflow closed. Only in the first case is the body left to run: the
+    workflow's pending activity shows the retry.
+    """
     try:
         handle = activity.client().get_workflow_handle(
             info.workflow_id or "", run_id=info.workflow_run_id
@@ -214,7 +220,11 @@ async def _cancel_if_closed(task: asyncio.Task[Ran], info: activity.Info) -> Non
     except Exception:  # cannot tell: a running body is left to finish
         log.debug("cannot describe workflow %r", info.workflow_id, exc_info=True)
         return
-    if described.status != WorkflowExecutionStatus.RUNNING:
+    retried = described.status == WorkflowExecutionStatus.RUNNING and any(
+        pending.activity_id == info.activity_id and pending.attempt > info.attempt
+        for pending in described.raw_description.pending_activities
+    )
+    if not retried:
         task.cancel()
 
 
@@ -515,8 +525,8 @@ class ToolActivities:
             # that: its time is up, and the body is cancelled as before.
             if details is not None and details.not_found:
                 if not task.done():
-                    # "Not found" also means the workflow closed (a cancelled turn): then
-                    # nobody will adopt the result, and the body is cancelled after all.
+                    # "Not found" also means the attempt's time was up, or the workflow
+                    # closed: then nobody adopts the result, and the body is cancelled.
                     watch = asyncio.create_task(_cancel_if_closed(task, info))
                     self._watchers.add(watch)
                     watch.add_done_callback(self._watchers.discard)
