@@ -45,6 +45,7 @@ WORKFLOW_MODULES = (
     "tooltrail.workflows.memo",
     "tooltrail.workflows.planning",
     "tooltrail.workflows.recovery",
+    "tooltrail.workflows.requests",
     "tooltrail.workflows.routes",
     "tooltrail.workflows.session",
     "tooltrail.workflows.state",

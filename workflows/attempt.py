@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn, assert_never
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 from tooltrail.core.detection import LoopCheck, operation_for, primary_value
 from tooltrail.core.envelopes import open_outcome
@@ -34,7 +33,6 @@ from tooltrail.core.wire import (
     AttemptResult,
     AuditEvent,
     BreakerRefused,
-    ExecuteAttempt,
     HookRefused,
     HooksPassed,
     InfraFailed,
@@ -53,6 +51,7 @@ from tooltrail.workflows.failures import (
 )
 from tooltrail.workflows.memo import memo_hit, memo_in_place, memo_update
 from tooltrail.workflows.recovery import Recovery
+from tooltrail.workflows.requests import schedule
 from tooltrail.workflows.routes import ToolRoutes
 from tooltrail.workflows.state import TurnState
 from tooltrail.workflows.trail import Trail
@@ -66,20 +65,10 @@ check taken before the wait)."""
 # Bounded state: a turn's inline output budget (TurnState); the memo cache's is in .memo.
 _INLINE_BUDGET_PATCH = "tooltrail-inline-budget"
 
-# Margin on top of a tool's own timeout, so the tool's soft timeout text wins over Temporal's.
-_TIMEOUT_MARGIN = timedelta(seconds=30)
-
 ATTEMPT_TIMEOUTS_PATCH = "tooltrail-attempt-timeouts"
 """Patch: an attempt that ran out of its timeout is answered ``Tool '{name}' timed out after
 {secs}s``, as the tool's own ``timeout_s`` is (histories before it answered Temporal's words,
 ``activity StartToClose timeout``). Asked only when an attempt timed out."""
-
-# Temporal's retries of an attempt are for a lost worker (its heartbeats stop: a heartbeat
-# timeout) and failures inside the activity (the database). An attempt that used up its whole
-# start-to-close timeout is neither: its body started and hung, and another start would run
-# the tool again unseen by the trail (a body without ``timeout_s`` was started
-# ``infrastructure_retries`` times). The server reads this type for the timeout.
-_TIMEOUT_NOT_RETRIED = "TemporalTimeout:StartToClose"
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -447,42 +436,24 @@ class CallPipeline:
         hooks_only: bool,
         memo: MemoEntry | None,
     ) -> AttemptOutcome:
-        inp = self._state.input
-        config = inp.config
-        meta = self._state.plan.tools.get(tool_name)
-        if meta is not None and meta.timeout_s is not None:
-            timeout = timedelta(seconds=meta.timeout_s) + _TIMEOUT_MARGIN
-        else:
-            timeout = timedelta(seconds=config.tool_timeout_s)
-        request = ExecuteAttempt(
-            session_id=self._state.record.session_id,
-            tool_call_id=call.id,
-            tool_name=tool_name,
-            arguments=arguments,
-            attempt=attempt,
-            skip_pre_hooks=skip_pre_hooks,
-            approval_proof=self._state.approval_proofs.get(call.id, "") if skip_pre_hooks else "",
-            hooks_only=hooks_only,
-            turn_number=self._state.session_version,
-            memo=memo,
-            shadow=inp.shadow is not None,
+        request, timeout, retry, local = schedule(
+            self._state,
+            call,
+            tool_name,
+            arguments,
+            attempt,
             large_output_bytes=large_output_bytes,
-            recorded=(
-                inp.shadow.attempts.get(f"{call.id}#{attempt}") if inp.shadow is not None else None
-            ),
+            skip_pre_hooks=skip_pre_hooks,
+            hooks_only=hooks_only,
+            memo=memo,
         )
-        retry = RetryPolicy(
-            initial_interval=timedelta(milliseconds=500),
-            maximum_interval=timedelta(seconds=10),
-            maximum_attempts=config.infrastructure_retries,
-            non_retryable_error_types=[_TIMEOUT_NOT_RETRIED],
-        )
+        config = self._state.input.config
         try:
             # On the turn's queue (@tool(local=True): as a local activity, see the durability
             # trade-off in tooltrail.tools.tool), or on a peer's that has the tool (.routes).
             outcome = await self._routes.execute(
                 request,
-                local=meta is not None and meta.local,
+                local=local,
                 start_to_close_timeout=timeout,
                 heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_s),
                 retry_policy=retry,
