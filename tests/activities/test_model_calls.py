@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from temporalio.testing import ActivityEnvironment
 
 import tooltrail.activities.conversation as conversation
 from tests.conftest import StackFactory
+from tests.support.cli_runner import run_cli
 from tests.support.stand_ins import SlowModel
 from tooltrail import Host, TurnFailed, tool
 from tooltrail.activities.conversation import ConversationActivities
@@ -107,6 +109,53 @@ async def test_a_cut_off_answer_is_recorded_with_its_tokens_and_error(
     assert (call.error_type, call.stop_reason) == ("ModelOutputTruncated", "max_tokens")
     assert (call.input_tokens, call.output_tokens, call.cost_usd) == (5, 9, None)
     assert call.provider == "ScriptedModel" and call.model is None
+
+
+async def test_audit_show_prints_the_model_calls_tokens_and_cost(
+    stack: StackFactory,
+    sqlite_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TOOLTRAIL_MODEL_PRICES", PRICES)
+    model = RateLimitedTwice(
+        [
+            tool_call_response(("c1", "add", {"a": 1, "b": 2}), usage=USAGE),
+            text_response("three", usage=USAGE),
+        ]
+    )
+    run_id = f"mc-cli-{uuid.uuid4().hex[:8]}"
+    async with stack(Host([add], model=model), database_url=sqlite_url) as tt:
+        result = await tt.run_agent("add", session_id=run_id, run_id=run_id, model="test-model")
+
+    def show(*args: str) -> str:
+        done = run_cli(["audit", "show", *args], tmp_path, TOOLTRAIL_DATABASE_URL=sqlite_url)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    first = result.turns[0]
+    turn_text, turn_json, run_text, run_json = await asyncio.gather(
+        *(
+            asyncio.to_thread(show, *args)
+            for args in ([first], [first, "--json"], [run_id], [run_id, "--json"])
+        )
+    )
+    assert "Model calls" in turn_text
+    assert turn_text.count("ModelUnavailable") == 2 and "429" in turn_text
+    assert f"${COST:.4f}" in turn_text
+    assert "3 model calls (2 failed): 1,000 in (400 cached), 200 out" in turn_text
+    data = json.loads(turn_json)
+    assert [c["attempt"] for c in data["model_calls"]] == [1, 2, 3]
+    assert data["model_totals"]["cost_usd"] == pytest.approx(COST)
+    # The run: per turn, and in total (the second turn's call answered at once).
+    assert "Turns" in run_text
+    assert f"${2 * COST:.4f}" in run_text
+    assert "4 model calls (2 failed): 2,000 in (800 cached), 400 out" in run_text
+    run = json.loads(run_json)
+    assert [t["model_calls"] for t in run["turns"]] == [3, 1]
+    assert [t["cost_usd"] for t in run["turns"]] == pytest.approx([COST, COST])
+    assert run["model_totals"]["cost_usd"] == pytest.approx(2 * COST)
+    assert run["model_totals"]["input_tokens"] == 2000
 
 
 # -- the activity on its own: cancellation, an outage, a refused record ------------------------
