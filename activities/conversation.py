@@ -16,12 +16,23 @@ Two decisions about an answer are made here, so the workflows need not know prov
 - the thinking blocks of an answer are stored with it in the conversation (the next model
   call sends them back with the tool results), but the answer the workflow receives leaves
   them out: they can be long, and the workflow history need not hold them.
+
+Every attempt at asking the model is a ``model_call`` row (``tooltrail.db.model_calls``):
+its provider, model, request digest, latency, tokens, stop reason, error and estimated cost,
+written before a failure is raised (so Temporal's retry is a row of its own) and after an
+answer. The row is written best-effort, waiting at most ``MODEL_CALL_WRITE_WAIT_S`` for a
+database that is down: a paid answer is never lost, nor a retry held up, for its record.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
 import logging
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -38,6 +49,7 @@ from tooltrail.core.messages import (
     ModelRequest,
     ModelResponse,
 )
+from tooltrail.core.pricing import ModelPrice, estimate_cost
 from tooltrail.core.results import Part
 from tooltrail.core.text import render_text
 from tooltrail.core.wire import (
@@ -47,6 +59,8 @@ from tooltrail.core.wire import (
     SessionState,
     TurnPlan,
 )
+from tooltrail.db.model_calls import ModelCall, record_model_call
+from tooltrail.db.reachability import unreachable
 from tooltrail.db.store import (
     append_messages,
     load_conversation,
@@ -55,11 +69,15 @@ from tooltrail.db.store import (
 )
 from tooltrail.llm.errors import MODEL_OUTPUT_TRUNCATED, to_application_error
 from tooltrail.pipeline.directory import PeerOffer, RegistryDirectory
-from tooltrail.telemetry import chat_span
+from tooltrail.telemetry import chat_span, provider_name
 
-__all__ = ["ConversationActivities"]
+__all__ = ["MODEL_CALL_WRITE_WAIT_S", "ConversationActivities"]
 
 log = logging.getLogger("tooltrail.model")
+
+MODEL_CALL_WRITE_WAIT_S = 10.0
+"""Longest a model call's record waits for an unreachable database before it is dropped
+(logged): the answer, or the failure Temporal retries, goes on without it."""
 
 
 class ConversationActivities:
@@ -72,6 +90,7 @@ class ConversationActivities:
         planner: TurnPlanner | None = None,
         catalog: Callable[[], list[dict[str, Any]]] | None = None,
         directory: RegistryDirectory | None = None,
+        prices: dict[str, ModelPrice] | None = None,
     ) -> None:
         """Wire the model client and the audit recorder (whose database holds conversations).
 
@@ -87,8 +106,11 @@ class ConversationActivities:
                 tools of the queue's live peers too (``tooltrail.pipeline.directory``), and the
                 plan advertises them, so whichever worker runs a model call the model sees
                 the same tools, and its calls of a peer's tool are sent to the peer.
+            prices: the operator's price table (``TOOLTRAIL_MODEL_PRICES``), by model name:
+                each model call's record carries its estimated cost.
         """
         self.client = client
+        self.prices = prices or {}
         self.directory = directory
         self.recorder = recorder
         self.planner = planner
@@ -161,6 +183,7 @@ class ConversationActivities:
             thinking=phase.settings.thinking,
             prompt_caching=phase.settings.prompt_caching,
         )
+        call = _CallRecord(self, inp, request, seq=answer_seq)
         try:
             with chat_span(
                 self.client,
@@ -177,17 +200,39 @@ class ConversationActivities:
                     finish_reason=response.stop_reason,
                     response_id=response.raw_id,
                 )
+        except asyncio.CancelledError:
+            await call.failed(
+                "Cancelled", "the model call was cancelled (timed out or the turn cancelled)"
+            )
+            raise
         except Exception as exc:
-            raise to_application_error(exc) from exc
-        _refuse_truncated(response, request)
+            failure = to_application_error(exc)
+            await call.failed(failure.type or type(exc).__name__, failure.message)
+            raise failure from exc
+        try:
+            _refuse_truncated(response, request)
+        except ApplicationError as truncated:
+            await call.write(call.answered(response, error=(truncated.type, truncated.message)))
+            raise
+        record = call.answered(response)
+        sessions = self.recorder.store.sessions
 
-        async def store() -> None:
-            async with self.recorder.store.sessions.begin() as session:
+        async def store(with_record: bool = True) -> None:
+            async with sessions.begin() as session:
                 await store_answer(session, run_id=phase.run_id, seq=answer_seq, response=response)
+                if with_record:
+                    # In the answer's transaction: the record costs no round trip of its own.
+                    await record_model_call(session, call=record, created_at=datetime.now(UTC))
 
         # The model answered (a paid, non-deterministic call): with the database down, hold
         # the answer and retry until it lands instead of failing the run or asking again.
-        await until_written(store, what=f"storing the model's answer of run {phase.run_id!r}")
+        what = f"storing the model's answer of run {phase.run_id!r}"
+        try:
+            await until_written(store, what=what)
+        except Exception:
+            # Refused for good (not an outage): the answer goes on without its record.
+            log.warning("the model call record of %s was refused; dropped", what, exc_info=True)
+            await until_written(lambda: store(with_record=False), what=what)
         return ModelTurnOutcome(
             response=_for_history(response), plan=self._plan(inp, response, state, peers)
         )
@@ -238,6 +283,102 @@ class ConversationActivities:
         if state is not None:
             plan.session = state
         return plan
+
+
+class _CallRecord:
+    """The ``model_call`` row of one attempt: started when the model is asked."""
+
+    def __init__(
+        self,
+        owner: ConversationActivities,
+        inp: ModelTurnRequest,
+        request: ModelRequest,
+        *,
+        seq: int,
+    ) -> None:
+        info = activity.info()
+        default = getattr(owner.client, "model", None)
+        model = request.model or (default if isinstance(default, str) else None)
+        self.owner = owner
+        self.model = model
+        self.base: dict[str, Any] = {
+            "turn_id": inp.turn_id,
+            "temporal_run_id": info.workflow_run_id or "",
+            "run_id": inp.phase.run_id,
+            "seq": seq,
+            "attempt": info.attempt,
+            "provider": provider_name(owner.client) or type(owner.client).__name__,
+            "model": model,
+            "request_sha256": request_digest(request),
+        }
+        self.started_at = datetime.now(UTC)
+        self.started = time.monotonic()
+
+    async def failed(self, error_type: str, error: str) -> None:
+        """Record an attempt that got no answer."""
+        await self.write(self._call(error_type=error_type, error=error))
+
+    def answered(
+        self, response: ModelResponse, *, error: tuple[str | None, str] | None = None
+    ) -> ModelCall:
+        """The record of an answer (with the error it is refused for, if any: a cut-off one)."""
+        usage = response.usage
+        return self._call(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cached_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
+            stop_reason=str(response.stop_reason),
+            cost_usd=estimate_cost(self.owner.prices, self.model, usage),
+            error_type=None if error is None else error[0],
+            error=None if error is None else error[1],
+        )
+
+    def _call(self, **outcome: Any) -> ModelCall:
+        latency_ms = round((time.monotonic() - self.started) * 1000)
+        return ModelCall(**self.base, started_at=self.started_at, latency_ms=latency_ms, **outcome)
+
+    async def write(self, call: ModelCall) -> None:
+        """Write the record on its own, waiting a bounded time for the database."""
+        store = self.owner.recorder.store
+
+        async def write() -> None:
+            async with store.sessions.begin() as session:
+                await record_model_call(session, call=call, created_at=datetime.now(UTC))
+
+        # Shielded: a cancelled attempt still gets its row (the wait is bounded either way).
+        task = asyncio.ensure_future(_bounded(write, what=f"model call of turn {call.turn_id!r}"))
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await task
+            raise
+
+
+async def _bounded(write: Callable[[], Any], *, what: str) -> None:
+    """Write, retrying an unreachable database for ``MODEL_CALL_WRITE_WAIT_S``; never raise."""
+    deadline = time.monotonic() + MODEL_CALL_WRITE_WAIT_S
+    delay = 0.2
+    while True:
+        try:
+            await write()
+            return
+        except Exception as exc:
+            left = deadline - time.monotonic()
+            if not unreachable(exc) or left <= 0:
+                log.warning("the record of the %s was not written; dropped", what, exc_info=True)
+                return
+        await asyncio.sleep(min(delay, max(left, 0.0)))
+        delay = min(delay * 2, 2.0)
+
+
+def request_digest(request: ModelRequest) -> str:
+    """SHA-256 of the request's canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(
+        request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _refuse_truncated(response: ModelResponse, request: ModelRequest) -> None:

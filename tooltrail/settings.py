@@ -28,6 +28,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tooltrail.errors import ConfigurationError
 
+if typing.TYPE_CHECKING:
+    from tooltrail.core.pricing import ModelPrice
+
 __all__ = [
     "CODEC_KEY_BYTES",
     "MASK",
@@ -293,6 +296,12 @@ class Settings(BaseSettings):
     """API key of ``anthropic_base_url``."""
     model: str | None = None
     """Default model name for agent loops that do not pick one."""
+    model_prices: str | None = None
+    """The price table of the models, for the estimated cost of each model call in the audit
+    trail: a JSON object ``{"MODEL": {"input": N, "output": N, "cached_input": N,
+    "cache_write": N}}`` in USD per million tokens (the last two optional; see
+    ``tooltrail.core.pricing``). Never looked up on the network; a model missing from it has
+    no cost."""
 
     # -- observability ---------------------------------------------------------------------
     otel_enabled: bool = False
@@ -421,6 +430,20 @@ class Settings(BaseSettings):
                     "PREFIX=URL"
                 ) from None
         return value
+
+    @field_validator("model_prices")
+    @classmethod
+    def _model_prices_parse(cls, value: str | None) -> str | None:
+        from tooltrail.core.pricing import parse_prices
+
+        parse_prices(value)
+        return value
+
+    def model_price_table(self) -> dict[str, ModelPrice]:
+        """Return the parsed ``model_prices`` (empty when unset)."""
+        from tooltrail.core.pricing import parse_prices
+
+        return parse_prices(self.model_prices)
 
     @field_validator("log_level", mode="before")
     @classmethod

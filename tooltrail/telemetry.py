@@ -106,6 +106,7 @@ __all__ = [
     "chat_span",
     "configure_from_env",
     "ensure_configured",
+    "provider_name",
     "record_breaker_state",
     "record_call",
     "record_retry",
@@ -351,7 +352,8 @@ def _failure_recorded(span: Span) -> Iterator[None]:
 _PROVIDERS = {"OpenAIChatClient": "openai", "AnthropicMessagesClient": "anthropic"}
 
 
-def _provider_name(client: object) -> str | None:
+def provider_name(client: object) -> str | None:
+    """The provider a model client talks to: ``openai``, ``anthropic``, or its ``provider_name``."""
     named = getattr(client, "provider_name", None)
     if isinstance(named, str):
         return named
@@ -406,7 +408,7 @@ def chat_span(
     attributes: dict[str, AnyValue] = {GEN_AI_OPERATION_NAME: "chat"}
     optional: dict[str, AnyValue | None] = {
         GEN_AI_REQUEST_MODEL: name,
-        GEN_AI_PROVIDER_NAME: _provider_name(client),
+        GEN_AI_PROVIDER_NAME: provider_name(client),
         GEN_AI_REQUEST_TEMPERATURE: temperature,
         GEN_AI_REQUEST_MAX_TOKENS: max_tokens,
         GEN_AI_CONVERSATION_ID: session_id,

@@ -21,7 +21,9 @@ from tooltrail.cli.options import (
     TaskQueueOption,
 )
 from tooltrail.cli.render import (
+    cost_text,
     id_column,
+    model_totals_line,
     preview,
     print_json,
     print_table,
@@ -31,6 +33,7 @@ from tooltrail.cli.render import (
 
 if TYPE_CHECKING:
     from tooltrail.core.wire import TurnRecord
+    from tooltrail.db.model_calls import ModelCallTotals
     from tooltrail.db.runs import ConversationRow
 
 __all__ = ["cancel_command", "fork_command", "run_on_cluster", "show_run"]
@@ -55,25 +58,35 @@ def show_run(run_id: str, *, database_url: str | None, full: bool, json_output: 
     shows.
     """
     from tooltrail.cli._shared import console, resolve_database_url, run_command, with_store
+    from tooltrail.db.model_calls import list_model_calls, totals
     from tooltrail.db.runs import list_run_links, list_run_turns, load_run_rows
 
-    async def read(store: Any) -> tuple[list[Any], list[Any], list[Any]]:
+    async def read(store: Any) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
         async with store.sessions() as session:
             return (
                 await list_run_turns(session, run_id=run_id),
                 await load_run_rows(session, run_id=run_id),
                 await list_run_links(session, run_id=run_id),
+                await list_model_calls(session, run_id=run_id),
             )
 
-    turns, rows, links = run_command(with_store(resolve_database_url(database_url), read))
+    turns, rows, links, calls = run_command(with_store(resolve_database_url(database_url), read))
     if not (turns or rows or links):
         return False
+    by_turn: dict[str, list[Any]] = {}
+    for call in calls:
+        by_turn.setdefault(call.turn_id, []).append(call)
+    sums = {turn.turn_id: totals(by_turn.get(turn.turn_id, [])) for turn in turns}
     if json_output:
         print_json(
             console,
             {
                 "run_id": run_id,
-                "turns": [turn.model_dump(mode="json") for turn in turns],
+                "turns": [
+                    {**turn.model_dump(mode="json"), **_turn_usage(sums[turn.turn_id])}
+                    for turn in turns
+                ],
+                "model_totals": totals(calls).model_dump(mode="json"),
                 "conversation": [
                     {"seq": row.seq, **row.message.model_dump(mode="json")} for row in rows
                 ],
@@ -87,23 +100,45 @@ def show_run(run_id: str, *, database_url: str | None, full: bool, json_output: 
     for link in links:
         print_text(console, link.describe())
     if turns:
-        print_table(console, _turns_table(turns))
+        print_table(console, _turns_table(turns, sums))
     else:
         console.print("no turns recorded yet")
+    if calls:
+        print_text(console, model_totals_line(totals(calls)))
     print_table(console, _conversation_table(rows, full=full))
     return True
 
 
-def _turns_table(turns: list[TurnRecord]) -> Table:
+def _turn_usage(sums: ModelCallTotals) -> dict[str, Any]:
+    """A turn's model calls in its JSON: how many, their tokens and estimated cost."""
+    return {
+        "model_calls": sums.calls,
+        "failed_model_calls": sums.failed,
+        "input_tokens": sums.input_tokens,
+        "cached_tokens": sums.cached_tokens,
+        "output_tokens": sums.output_tokens,
+        "reasoning_tokens": sums.reasoning_tokens,
+        "cost_usd": sums.cost_usd,
+    }
+
+
+def _turns_table(turns: list[TurnRecord], sums: dict[str, ModelCallTotals]) -> Table:
     table = Table(title="Turns", title_justify="left")
     id_column(table, "turn")
-    for column in ("status", "calls", "started", "error"):
-        table.add_column(column, no_wrap=column != "error")
+    for column in ("status", "calls", "model calls", "in", "out", "cost", "started", "error"):
+        right = column in ("calls", "model calls", "in", "out", "cost")
+        table.add_column(column, no_wrap=column != "error", justify="right" if right else "left")
     for turn in turns:
+        usage = sums[turn.turn_id]
+        failed = f" ({usage.failed} failed)" if usage.failed else ""
         table.add_row(
             safe_text(turn.turn_id),
             safe_text(turn.status, style=_STATUS_STYLES.get(turn.status, "")),
             str(turn.call_count),
+            f"{usage.calls}{failed}",
+            f"{usage.input_tokens:,}",
+            f"{usage.output_tokens:,}",
+            cost_text(usage.cost_usd),
             turn.started_at.strftime("%Y-%m-%d %H:%M:%S"),
             safe_text(preview(turn.error or "", 60)),
         )

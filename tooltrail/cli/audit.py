@@ -25,6 +25,8 @@ from tooltrail.cli._shared import (
 )
 from tooltrail.cli.options import AddressOption, DatabaseOption, JsonOption, TaskQueueOption
 from tooltrail.cli.render import (
+    model_calls_table,
+    model_totals_line,
     print_json,
     print_table,
     print_text,
@@ -137,16 +139,20 @@ def audit_show(
 ) -> None:
     """Show one turn's audit trail (its latest Temporal run, or every run), or a run's turns."""
     from tooltrail.cli.agent_runs import show_run
+    from tooltrail.db.model_calls import list_model_calls, totals
 
-    async def read(store: Any) -> tuple[Any, list[Any], list[Any]]:
+    async def read(store: Any) -> tuple[Any, list[Any], list[Any], list[Any]]:
+        async with store.sessions() as session:
+            calls = await list_model_calls(session, turn_id=turn_id)
         return (
             await store.turn(turn_id),
             await store.events(turn_id, all_runs=True),
             await store.runs(turn_id),
+            calls,
         )
 
-    turn, every, runs = run_command(with_store(resolve_database_url(database_url), read))
-    if turn is None and not every:
+    turn, every, runs, calls = run_command(with_store(resolve_database_url(database_url), read))
+    if turn is None and not every and not calls:
         if show_run(turn_id, database_url=database_url, full=full, json_output=json_output):
             return
         raise fail(
@@ -158,6 +164,9 @@ def audit_show(
         by_run.setdefault(event.run_id or "", []).append(event)
     latest = "" if turn is None else turn.run_id
     shown = [r for r in runs if all_runs or r.run_id == latest]
+    # The model calls of the runs shown (all of them when the turn has no row yet).
+    shown_ids = {r.run_id for r in shown}
+    calls = [c for c in calls if all_runs or not shown_ids or c.temporal_run_id in shown_ids]
     if json_output:
         print_json(
             console,
@@ -167,6 +176,8 @@ def audit_show(
                 "events": [
                     e.model_dump(mode="json") for run in shown for e in by_run.get(run.run_id, [])
                 ],
+                "model_calls": [call.model_dump(mode="json") for call in calls],
+                "model_totals": totals(calls).model_dump(mode="json"),
             },
         )
         return
@@ -191,6 +202,9 @@ def audit_show(
 
             results = [ToolDispatchResult.model_validate(r) for r in end.payload["results"]]
             print_table(console, results_table(results, title="Results returned to the model"))
+    if calls:
+        print_table(console, model_calls_table(calls, full=full))
+        print_text(console, model_totals_line(totals(calls)))
 
 
 def _print_rebuilt(events: list[Any]) -> None:

@@ -35,11 +35,15 @@ if TYPE_CHECKING:
     # loads no database layer.
     from tooltrail.core.results import ToolDispatchResult
     from tooltrail.core.wire import AuditEvent
+    from tooltrail.db.model_calls import ModelCall, ModelCallTotals
     from tooltrail.db.store import TurnSummary
 
 __all__ = [
+    "cost_text",
     "escape",
     "id_column",
+    "model_calls_table",
+    "model_totals_line",
     "preview",
     "print_json",
     "print_table",
@@ -349,3 +353,56 @@ def print_json(console: Console, data: object) -> None:
     out = _json_stream or console.file
     out.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
     out.flush()
+
+
+def cost_text(cost_usd: float | None) -> str:
+    """An estimated cost, ``$0.0123``, or ``-`` when unpriced."""
+    return "-" if cost_usd is None else f"${cost_usd:.4f}"
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def model_calls_table(calls: Sequence[ModelCall], *, full: bool = False) -> Table:
+    """Every attempt of a turn's model calls: what it cost, or why it failed."""
+    table = Table(title="Model calls", title_justify="left")
+    for column in ("#", "attempt"):
+        table.add_column(column, no_wrap=True, justify="right")
+    id_column(table, "model")
+    table.add_column("ms", no_wrap=True, justify="right")
+    for column in ("in", "cached", "out", "reasoning"):
+        table.add_column(column, no_wrap=True, justify="right")
+    table.add_column("stop", no_wrap=True)
+    table.add_column("cost", no_wrap=True, justify="right")
+    table.add_column("error", overflow="fold")
+    for call in calls:
+        error = f"{call.error_type}: {call.error}" if call.error_type else (call.error or "")
+        table.add_row(
+            str(call.seq),
+            str(call.attempt),
+            safe_text(" / ".join(p for p in (call.provider, call.model) if p)),
+            f"{call.latency_ms:,}",
+            _count(call.input_tokens),
+            _count(call.cached_tokens),
+            _count(call.output_tokens),
+            _count(call.reasoning_tokens),
+            safe_text(call.stop_reason or ""),
+            cost_text(call.cost_usd),
+            safe_text(error if full else preview(error, 100), style="red" if error else ""),
+        )
+    return table
+
+
+def model_totals_line(sums: ModelCallTotals) -> str:
+    """The totals of some model calls in one line."""
+    line = (
+        f"{sums.calls} model calls ({sums.failed} failed): {sums.input_tokens:,} in "
+        f"({sums.cached_tokens:,} cached), {sums.output_tokens:,} out"
+    )
+    if sums.reasoning_tokens:
+        line += f" ({sums.reasoning_tokens:,} reasoning)"
+    line += f", {cost_text(sums.cost_usd)} estimated"
+    if sums.unpriced:
+        line += f" ({sums.unpriced} calls of models without a price in TOOLTRAIL_MODEL_PRICES)"
+    return line

@@ -45,6 +45,7 @@ from tooltrail.core.wire import (
     WorkerCatalog,
 )
 from tooltrail.db.approvals import list_rejections
+from tooltrail.db.model_calls import ModelCall, list_model_calls
 from tooltrail.db.runs import RunLink, list_run_links, list_run_turns
 from tooltrail.db.store import AuditStore, TurnSummary
 from tooltrail.errors import ConfigurationError, TurnError, TurnFailed
@@ -499,6 +500,18 @@ class Tooltrail:
         """Return the turns of an agent run that asked its model, in the order they started."""
         async with self.store.sessions() as session:
             return await list_run_turns(session, run_id=run_id)
+
+    async def model_calls(
+        self, turn_id: str | None = None, *, run_id: str | None = None
+    ) -> list[ModelCall]:
+        """Return every model call attempt of a turn or of an agent run, failed ones included.
+
+        Each carries its provider, model, request digest, latency, tokens, stop reason,
+        error and estimated cost (``TOOLTRAIL_MODEL_PRICES``); ``totals(calls)`` of
+        ``tooltrail.db.model_calls`` sums them.
+        """
+        async with self.store.sessions() as session:
+            return await list_model_calls(session, turn_id=turn_id, run_id=run_id)
 
     async def run_links(self, run_id: str) -> list[RunLink]:
         """Return the forks of and from an agent run, oldest first."""

@@ -282,10 +282,15 @@ class Usage(BaseModel):
     cache_write_tokens: int = 0
     """Of ``input_tokens``, those written to the prompt cache (OpenAI
     ``prompt_tokens_details.cache_write_tokens``; Anthropic ``cache_creation_input_tokens``)."""
+    reasoning_tokens: int = 0
+    """Of ``output_tokens``, those the model spent reasoning (OpenAI
+    ``completion_tokens_details.reasoning_tokens``; Anthropic does not report them apart)."""
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _drop_defaults(self, handler, ("cache_read_tokens", "cache_write_tokens"))
+        return _drop_defaults(
+            self, handler, ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+        )
 
     @property
     def total_tokens(self) -> int:
@@ -299,6 +304,7 @@ class Usage(BaseModel):
             output_tokens=self.output_tokens + other.output_tokens,
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "IdempotencyRecordRow",
     "MaintenanceLeaseRow",
     "MemoryEntryRow",
+    "ModelCallRow",
     "RebuildWatermarkRow",
     "RunForkRow",
     "SessionStateRow",
@@ -401,3 +402,46 @@ class WorkerApproversRow(Base):
     """``approvers_fingerprint`` of its approver set; empty: unsigned approvals."""
     mac: Mapped[str] = mapped_column(String(100))
     last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ModelCallRow(Base):
+    """One attempt of a model call: the answer's tokens and cost, or the failure.
+
+    Unique per (turn, Temporal run, conversation position, Temporal attempt): every attempt
+    is a call of its own (a rate-limited one and its retry are two rows), while a write the
+    same attempt repeats lands once. No foreign key to ``turn``: a turn's model call runs
+    before its first audit write.
+    """
+
+    __tablename__ = "model_call"
+    __table_args__ = (UniqueConstraint("turn_id", "temporal_run_id", "seq", "attempt"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    turn_id: Mapped[str] = mapped_column(String(255))
+    temporal_run_id: Mapped[str] = mapped_column(String(255))
+    run_id: Mapped[str] = mapped_column(String(255), index=True)
+    """The agent run (its conversation's id)."""
+    seq: Mapped[int] = mapped_column(Integer)
+    """The conversation position of the answer asked for."""
+    attempt: Mapped[int] = mapped_column(Integer)
+    """Temporal's attempt number of the model activity (1 first)."""
+    provider: Mapped[str | None] = mapped_column(String(64))
+    model: Mapped[str | None] = mapped_column(SafeText)
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    """SHA-256 of the canonical JSON of the request (messages, tools and settings)."""
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    latency_ms: Mapped[int] = mapped_column(Integer)
+    input_tokens: Mapped[int | None] = mapped_column(Integer)
+    output_tokens: Mapped[int | None] = mapped_column(Integer)
+    cached_tokens: Mapped[int | None] = mapped_column(Integer)
+    """Of ``input_tokens``, read from the prompt cache."""
+    cache_write_tokens: Mapped[int | None] = mapped_column(Integer)
+    """Of ``input_tokens``, written to the prompt cache."""
+    reasoning_tokens: Mapped[int | None] = mapped_column(Integer)
+    """Of ``output_tokens``, spent reasoning (when the provider reports them)."""
+    stop_reason: Mapped[str | None] = mapped_column(SafeText)
+    error_type: Mapped[str | None] = mapped_column(SafeText)
+    error: Mapped[str | None] = mapped_column(SafeText)
+    cost_usd: Mapped[float | None] = mapped_column(Float)
+    """Estimated from the operator's price table (``TOOLTRAIL_MODEL_PRICES``), if priced."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

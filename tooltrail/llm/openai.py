@@ -148,6 +148,9 @@ def _usage(usage: Any) -> Usage:
         output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
         cache_read_tokens=_count(details, "cached_tokens"),
         cache_write_tokens=_count(details, "cache_write_tokens"),
+        reasoning_tokens=_count(
+            getattr(usage, "completion_tokens_details", None), "reasoning_tokens"
+        ),
     )
 
 

@@ -198,7 +198,12 @@ def build_worker(
     extra_activities: list[Any] = []
     if host.model is not None:
         conversation = ConversationActivities(
-            host.model, recorder, planner, host.registry.openai_tools, directory=directory
+            host.model,
+            recorder,
+            planner,
+            host.registry.openai_tools,
+            directory=directory,
+            prices=Settings().model_price_table(),
         )
         extra_activities.append(conversation.model_turn)
     sessions = SessionActivities(scratch)
