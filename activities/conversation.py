@@ -51,7 +51,7 @@ from tooltrail.core.messages import (
 )
 from tooltrail.core.pricing import ModelPrice, estimate_cost
 from tooltrail.core.results import Part
-from tooltrail.core.text import render_text
+from tooltrail.core.text import encodable_call, render_text
 from tooltrail.core.wire import (
     MODEL_TURN,
     ModelTurnOutcome,
@@ -214,6 +214,7 @@ class ConversationActivities:
         except ApplicationError as truncated:
             await call.write(call.answered(response, error=(truncated.type, truncated.message)))
             raise
+        response = _encodable_calls(response)
         record = call.answered(response)
         sessions = self.recorder.store.sessions
 
@@ -416,6 +417,23 @@ def _refuse_truncated(response: ModelResponse, request: ModelRequest) -> None:
         {"stop_reason": response.stop_reason, "output_tokens": response.usage.output_tokens},
         type=MODEL_OUTPUT_TRUNCATED,
         non_retryable=True,
+    )
+
+
+def _encodable_calls(response: ModelResponse) -> ModelResponse:
+    """The answer, its tool-call arguments nested too deep as their JSON text.
+
+    A provider that parses the arguments (Anthropic's ``input``) may hand over a mapping
+    deeper than a payload or a JSON column carries: stored or returned as it is, it failed
+    the activity after the model was paid, and the retry asked the model again. As text,
+    the turn answers the call ``invalid arguments: nested deeper than 64 levels``.
+    """
+    calls = response.message.tool_calls
+    encoded = [encodable_call(call) for call in calls]
+    if all(new is old for new, old in zip(encoded, calls, strict=True)):
+        return response
+    return response.model_copy(
+        update={"message": response.message.model_copy(update={"tool_calls": encoded})}
     )
 
 

@@ -47,7 +47,7 @@ from tooltrail.core.wire import (
 )
 from tooltrail.errors import TurnError
 from tooltrail.workflows.approvals import approval_rejection, take_answer
-from tooltrail.workflows.arguments import refused_arguments
+from tooltrail.workflows.arguments import refused_arguments, refused_text
 from tooltrail.workflows.attempt import CallPipeline
 from tooltrail.workflows.failures import (
     application_error,
@@ -81,6 +81,9 @@ def _parse_arguments(arguments: dict[str, Any] | str) -> dict[str, Any] | str:
         return arguments
     if not arguments.strip():
         return {}
+    too_deep = refused_text(arguments)
+    if too_deep is not None:
+        return too_deep
     try:
         parsed = json.loads(arguments)
     except json.JSONDecodeError as exc:

@@ -259,3 +259,64 @@ def test_holds_non_finite_looks_everywhere_without_recursion() -> None:
     for _ in range(100_000):
         deep = [deep]
     assert holds_non_finite(deep)
+
+
+# -- arguments nested too deep -----------------------------------------------------------------
+
+
+def _nested(depth: int) -> dict[str, object]:
+    value: dict[str, object] = {"text": "bottom"}
+    for _ in range(depth):
+        value = {"text": "level", "inner": value}
+    return value
+
+
+@pytest.mark.parametrize("depth", [0, 1, 63, 64, 65, 66, 150, 900])
+def test_text_nesting_agrees_with_the_parsed_value_wherever_both_can_read(depth: int) -> None:
+    import json
+
+    from tooltrail.core.text import argument_problem, nesting_exceeds, text_nesting_exceeds
+
+    for value in (_nested(depth), {"list": json.loads("[" * depth + "]" * depth or "[]")}):
+        text = json.dumps(value)
+        # The text says "too deep" only of what is too deep; what it lets through parses,
+        # and then the parsed value's check decides.
+        if text_nesting_exceeds(text):
+            assert nesting_exceeds(json.loads(text))
+        else:
+            assert argument_problem(json.loads(text), 10**9) in (
+                None,
+                "invalid arguments: nested deeper than 64 levels",
+            )
+
+
+def test_text_nesting_reads_brackets_outside_strings_only() -> None:
+    from tooltrail.core.text import text_nesting_exceeds
+
+    assert not text_nesting_exceeds('{"a": "' + "[" * 500 + '"}')
+    assert not text_nesting_exceeds('{"a": "\\"' + "{" * 500 + '"}')
+    assert text_nesting_exceeds('{"a": "\\\\", "b": ' + "[" * 70 + "]" * 70 + "}")
+    # Past Python's parser, valid or cut off: read without parsing, without recursion.
+    assert text_nesting_exceeds("[" * 100_000 + "]" * 100_000)
+    assert text_nesting_exceeds('{"a": ' * 100_000)
+    assert not text_nesting_exceeds("[]" * 100_000)
+
+
+def test_arguments_too_deep_for_the_payloads_travel_as_text_the_turn_refuses() -> None:
+    import json
+
+    from tooltrail.core.results import ToolCall
+    from tooltrail.core.text import encodable_call, json_prefix, text_nesting_exceeds
+
+    shallow = ToolCall("c", "echo", _nested(63))  # its "bottom" is 64 levels deep
+    assert encodable_call(shallow) is shallow
+    # Deep, but json.dumps can: the whole text.
+    deep = encodable_call(ToolCall("c", "echo", _nested(200)))
+    assert json.loads(deep.arguments) == _nested(200)
+    # Deeper than json.dumps can go (a RecursionError before): cut past the limit.
+    deepest = encodable_call(ToolCall("c", "echo", _nested(100_000)))
+    assert isinstance(deepest.arguments, str) and len(deepest.arguments) < 2_000
+    assert deepest.arguments.startswith('{"text": "level", "inner": {"text": "level"')
+    assert text_nesting_exceeds(deepest.arguments)
+    assert json_prefix([[1, {"k": None}], 2]) == '[[1, {"k": null}], 2]'
+    assert json_prefix([[[[]]]], limit=1) == "[[["

@@ -235,7 +235,11 @@ def expected_outcome(call: ToolCall) -> tuple[str, str]:
             return "tool", ""
         try:
             parsed = json.loads(arguments)
-        except (ValueError, RecursionError):
+        except RecursionError:
+            # Nested past Python's parser: since tooltrail-deep-arguments the turn says so,
+            # not "not valid JSON".
+            return "exact", "invalid arguments: nested deeper than 64 levels"
+        except ValueError:
             return "prefix", "invalid arguments: "
         if not isinstance(parsed, dict):
             return "prefix", "invalid arguments: expected a JSON object"
@@ -421,6 +425,12 @@ EDGE_CASES = {
     "duplicate-keys": ToolCall("c", "echo", '{"text": "a", "text": "b"}'),
     "dict-arguments-nested-150": ToolCall("c", "echo", nested(MAX_SAFE_DEPTH)),
     "raw-json-nested-150": ToolCall("c", "echo", json.dumps(nested(MAX_SAFE_DEPTH))),
+    # Past what json.dumps and json.loads can read: once "not valid JSON", now too deep.
+    "dict-arguments-nested-100000": ToolCall("c", "echo", nested(HUGE)),
+    "raw-json-nested-100000": ToolCall(
+        "c", "echo", '{"text": "a", "x": ' + "[" * HUGE + "]" * HUGE + "}"
+    ),
+    "raw-json-cut-off-nested-100000": ToolCall("c", "echo", '{"text": "a", "x": ' + "[" * HUGE),
     "huge-echo": ToolCall("c", "echo", {"text": "x" * HUGE}),
     "huge-raw-garbage": ToolCall("c", "echo", "{" + "g" * HUGE),
     "huge-name": ToolCall("c", "n" * HUGE, {}),

@@ -156,6 +156,25 @@ async def non_finite_arguments(tt: Tooltrail) -> str:
     return turn.turn_id
 
 
+async def deep_arguments(tt: Tooltrail) -> str:
+    # tooltrail-deep-arguments: text nested past Python's parser, and a mapping past
+    # json.dumps (the client sends it as text, cut), are refused as nested too deep.
+    deep: dict[str, object] = {"text": "bottom"}
+    for _ in range(2_000):
+        deep = {"inner": deep}
+    turn = await tt.run_turn(
+        [
+            ToolCall("c1", "echo", '{"text": "a", "x": ' + "[" * 2_000 + "]" * 2_000 + "}"),
+            ToolCall("c2", "echo", deep),
+            ToolCall("c3", "echo", {"text": "ok"}),
+        ],
+        session_id="hist",
+    )
+    too_deep = "invalid arguments: nested deeper than 64 levels"
+    assert [r.output for r in turn.results] == [too_deep, too_deep, "ok"], turn.results
+    return turn.turn_id
+
+
 async def recovery_backoff(tt: Tooltrail) -> str:
     _state.clear()
     turn = await tt.run_turn([ToolCall("c1", "flaky_twice", {})], session_id="hist")
@@ -671,6 +690,7 @@ async def close_session(tt: Tooltrail) -> str:
 SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "basic": (basic, Host(TOOLS)),
     "non_finite_arguments": (non_finite_arguments, Host(TOOLS)),
+    "deep_arguments": (deep_arguments, Host(TOOLS)),
     "recovery_backoff": (recovery_backoff, Host(TOOLS, reflector=AlwaysRecoverable())),
     "recovery_exhausted": (recovery_exhausted, Host(TOOLS, reflector=AlwaysRecoverable())),
     "corrections": (corrections, Host(TOOLS, reflector=FixThenSwitch())),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,7 +24,7 @@ from tooltrail.client._handles import AgentHandle, TurnHandle, TurnResult, Waiti
 from tooltrail.core.config import RunConfig
 from tooltrail.core.messages import Message
 from tooltrail.core.results import ToolCall
-from tooltrail.core.text import nesting_exceeds, too_many_calls
+from tooltrail.core.text import encodable_call, too_many_calls
 from tooltrail.core.wire import (
     SESSION_MEMO,
     AgentCarry,
@@ -107,21 +106,6 @@ class StuckTurn(BaseModel):
     attempts: int
     """Workflow task attempts so far."""
     started_at: datetime
-
-
-def _encodable(call: ToolCall) -> ToolCall:
-    """Hand arguments nested too deeply for Temporal's payload codecs over as raw text.
-
-    The workflow then answers the call with a soft ``invalid arguments`` error; as a nested
-    mapping they could not be decoded by the worker at all, and the turn would never start.
-    """
-    if isinstance(call.arguments, str) or not nesting_exceeds(call.arguments):
-        return call
-    try:
-        raw = json.dumps(call.arguments)
-    except (ValueError, RecursionError):
-        raw = "<arguments nested too deeply to encode>"
-    return call.model_copy(update={"arguments": raw})
 
 
 class Tooltrail:
@@ -228,7 +212,10 @@ class Tooltrail:
             raise ConfigurationError(too_many_calls(len(calls), config.max_calls))
         inp = TurnInput(
             session_id=session_id,
-            calls=[_encodable(call) for call in calls],
+            # Arguments nested too deep for the payload codecs travel as their JSON text (the
+            # turn answers them "nested deeper than 64 levels"): as a mapping, the worker
+            # could not decode the turn's input, and the turn would never start.
+            calls=[encodable_call(call) for call in calls],
             advertised=None if advertised is None else list(advertised),
             config=config,
             ends_run=ends_run,

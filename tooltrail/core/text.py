@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
-from tooltrail.core.results import ImagePart, Part, TextPart
+from tooltrail.core.results import ImagePart, Part, TextPart, ToolCall
 
 __all__ = [
     "BREAKER_OPEN",
@@ -22,11 +23,15 @@ __all__ = [
     "NON_FINITE_ARGUMENTS",
     "NOT_RECORDED",
     "QUOTE_CHARS",
+    "TOO_DEEP",
     "argument_problem",
     "canonical_json",
     "duplicate_call_id",
+    "encodable_arguments",
+    "encodable_call",
     "holds_non_finite",
     "invalid_arguments",
+    "json_prefix",
     "nesting_exceeds",
     "not_available",
     "not_found",
@@ -34,6 +39,7 @@ __all__ = [
     "quoted",
     "render_text",
     "stable_hash",
+    "text_nesting_exceeds",
     "timed_out",
     "too_many_calls",
     "trajectory",
@@ -183,6 +189,103 @@ def nesting_exceeds(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
     return False
 
 
+TOO_DEEP = f"nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+"""Why arguments nested too deep are refused (after ``invalid arguments: ``)."""
+
+# A JSON string (escapes included; an unterminated one runs to the end) or a bracket: what
+# the nesting of JSON text is read from, so brackets inside strings do not count.
+_JSON_NESTING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
+
+
+def text_nesting_exceeds(text: str, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
+    """Whether JSON text holds a value nested deeper than ``limit`` levels, read unparsed.
+
+    True when the text opens more than ``limit + 1`` objects and arrays at once: the last
+    one opened is a value ``limit + 1`` levels deep (``nesting_exceeds`` of what the text
+    parses to), whether the rest of the text parses or not. Text that opens fewer may still
+    nest a scalar one level too deep: it parses safely, and ``nesting_exceeds`` answers.
+    Read before parsing because Python's parser gives up (``RecursionError``) at about a
+    thousand levels, and a model may send a hundred thousand.
+    """
+    if text.count("[") + text.count("{") <= limit + 1:
+        return False  # the common case, at C speed
+    depth = 0
+    for match in _JSON_NESTING.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            if depth > limit + 1:
+                return True
+        elif token in ("]", "}"):
+            depth = max(0, depth - 1)
+    return False
+
+
+def json_prefix(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> str:
+    """The JSON text of ``value``, cut just after its first value nested too deep opens.
+
+    The cut comes after the first object or array ``limit + 1`` levels deep, so
+    ``text_nesting_exceeds`` says the text nests too deep. For a value nested too deeply for
+    ``json.dumps`` (about a thousand levels): this recursion is bounded by ``limit``. Keys
+    that are not strings are written as their ``str``.
+    """
+    parts: list[str] = []
+
+    def write(item: Any, level: int) -> bool:
+        # False once the cut is made: nothing more is written.
+        if isinstance(item, dict):
+            parts.append("{")
+            if level > limit:
+                return False
+            for index, (key, child) in enumerate(item.items()):
+                if index:
+                    parts.append(", ")
+                parts.append(json.dumps(key if isinstance(key, str) else str(key)) + ": ")
+                if not write(child, level + 1):
+                    return False
+            parts.append("}")
+        elif isinstance(item, list):
+            parts.append("[")
+            if level > limit:
+                return False
+            for index, child in enumerate(item):
+                if index:
+                    parts.append(", ")
+                if not write(child, level + 1):
+                    return False
+            parts.append("]")
+        else:
+            parts.append(json.dumps(item, default=str))
+        return True
+
+    write(value, 0)
+    return "".join(parts)
+
+
+def encodable_arguments(arguments: dict[str, Any] | str) -> dict[str, Any] | str:
+    """Arguments in a form Temporal's payloads carry: a mapping nested too deep as its text.
+
+    A mapping nested deeper than ``MAX_ARGUMENT_DEPTH`` could not be encoded into a workflow
+    or activity payload, or decoded from one (pydantic's depth limits): it travels as its
+    JSON text instead, which the turn refuses as nested too deep. Deeper than ``json.dumps``
+    can go, the text is cut past the limit (``json_prefix``).
+    """
+    if isinstance(arguments, str) or not nesting_exceeds(arguments):
+        return arguments
+    try:
+        return json.dumps(arguments)
+    except (ValueError, RecursionError, TypeError):
+        return json_prefix(arguments)
+
+
+def encodable_call(call: ToolCall) -> ToolCall:
+    """``call`` itself, or a copy whose arguments are ``encodable_arguments``."""
+    arguments = encodable_arguments(call.arguments)
+    if arguments is call.arguments:
+        return call
+    return call.model_copy(update={"arguments": arguments})
+
+
 def argument_problem(arguments: dict[str, Any], max_bytes: int) -> str | None:
     """Why a call's arguments cannot be dispatched (the soft error text), or ``None``.
 
@@ -190,7 +293,7 @@ def argument_problem(arguments: dict[str, Any], max_bytes: int) -> str | None:
     that is not valid Unicode, and size (``RunConfig.max_argument_bytes``).
     """
     if nesting_exceeds(arguments):
-        return invalid_arguments(f"nested deeper than {MAX_ARGUMENT_DEPTH} levels")
+        return invalid_arguments(TOO_DEEP)
     try:
         size = len(json.dumps(arguments, ensure_ascii=False, default=str).encode("utf-8"))
     except UnicodeEncodeError:

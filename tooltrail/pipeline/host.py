@@ -16,6 +16,7 @@ from tooltrail.core.proofs import WORKER_KEY_MIN_BYTES
 from tooltrail.core.recovery import NoopReflector, Reflector
 from tooltrail.core.results import ToolCall
 from tooltrail.core.signatures import decode_public_key
+from tooltrail.core.text import text_nesting_exceeds
 from tooltrail.core.wire import ToolMeta
 from tooltrail.errors import ConfigurationError
 from tooltrail.settings import Settings
@@ -147,7 +148,12 @@ class Host:
             arguments: Any = call.arguments
             if isinstance(arguments, str):
                 try:
-                    arguments = json.loads(arguments) if arguments.strip() else {}
+                    # Text nested too deep is refused by the turn: not parsed here either
+                    # (Python's parser gives up at about a thousand levels).
+                    if text_nesting_exceeds(arguments):
+                        arguments = None
+                    else:
+                        arguments = json.loads(arguments) if arguments.strip() else {}
                 except (ValueError, RecursionError):
                     arguments = None
             if item is None or not isinstance(arguments, dict):
