@@ -2,7 +2,8 @@
 
 A turn is terminated with the Temporal CLI or runs into its execution timeout while a tool
 body is still running: the workflow's code never runs again, so its row says ``running``
-until reconciliation asks Temporal.
+until reconciliation asks Temporal. A turn Temporal does not know at all (retention, or an
+in-memory server that died) becomes ``lost``.
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import StackFactory
+from tests.faults.fault_tools import FAULT_DIR_ENV
+from tests.faults.workers import start_worker, wait_until
 from tests.support.cli_runner import run_cli
 from tooltrail import Host, RunConfig, ToolCall, Tooltrail, tool
 from tooltrail.db.orm import TurnRow
-from tooltrail.runtime.embedded import find_binary
+from tooltrail.db.store import AuditStore
+from tooltrail.runtime.embedded import find_binary, start_dev_server
 
 WAIT_S = 120.0
 
@@ -155,10 +159,9 @@ async def test_a_timed_out_turn_is_reconciled_and_a_running_one_is_left_alone(
         await tt.get_turn(alive).workflow_handle.terminate("test over")
 
 
-async def test_a_turn_unknown_to_temporal_is_reported_and_left_alone(
-    stack: StackFactory, db_url: str
-) -> None:
-    # A row whose workflow Temporal no longer has: its history was deleted by retention.
+async def test_a_turn_unknown_to_temporal_is_marked_lost(stack: StackFactory, db_url: str) -> None:
+    # A row whose workflow Temporal no longer has: its history was deleted by retention. It
+    # was left ``running`` for ever; it is now ``lost``, and its trail says why.
     turn_id = f"turn-gone-{uuid.uuid4()}"
     async with stack(HOST, database_url=db_url) as tt:
         async with tt.store.sessions.begin() as session:
@@ -171,19 +174,29 @@ async def test_a_turn_unknown_to_temporal_is_reported_and_left_alone(
                     call_count=1,
                 )
             )
-        since = datetime.now(UTC) - timedelta(days=41)
-        report = await tt.reconcile(since=since)
-        [missing] = [m for m in report.missing if m.turn_id == turn_id]
-        assert missing.temporal_status == "not_found"
-        assert "retention" in missing.detail
-        row = await tt.store.turn(turn_id)
-        assert row is not None and row.status == "running"
-        assert await tt.audit(turn_id) == []
         # ``since`` leaves older turns out.
         later = await tt.reconcile(since=datetime.now(UTC) - timedelta(days=1))
         assert turn_id not in [m.turn_id for m in later.missing]
-        async with tt.store.sessions.begin() as session:
-            await session.delete(await session.get(TurnRow, turn_id))
+        row = await tt.store.turn(turn_id)
+        assert row is not None and row.status == "running"
+
+        since = datetime.now(UTC) - timedelta(days=41)
+        report = await tt.reconcile(since=since)
+        [missing] = [m for m in report.missing if m.turn_id == turn_id]
+        assert (missing.temporal_status, missing.status) == ("not_found", "lost")
+        assert "retention" in missing.detail
+        assert turn_id not in [c.turn_id for c in report.changed]
+        row = await tt.store.turn(turn_id)
+        assert row is not None and row.status == "lost"
+        assert row.error_type == "WorkflowNotFound" and row.ended_at is not None
+        [event] = await tt.audit(turn_id)
+        assert (event.kind, event.seq) == ("turn_reconciled", 0)
+        assert event.payload["temporal_status"] == "not_found"
+        assert event.payload["status"] == "lost"
+        # Reconciled once: a lost turn is not asked about again.
+        again = await tt.reconcile(since=since)
+        assert turn_id not in [m.turn_id for m in again.missing]
+        assert len(await tt.audit(turn_id)) == 1
 
 
 async def test_a_completed_turn_is_not_touched(stack: StackFactory, db_url: str) -> None:
@@ -226,3 +239,71 @@ def test_cli_reconcile_refuses_a_bad_since(bad: str, tmp_path: Path) -> None:
     done = run_cli(["audit", "reconcile", "--since", bad], tmp_path)
     assert done.returncode == 2
     assert "not an ISO date or time" in done.stderr
+
+
+@pytest.mark.crash
+async def test_a_turn_whose_in_memory_server_died_is_marked_lost(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The embedded server keeps its state in memory: a turn running when it dies is gone
+    # with it, and a server started again knows nothing of it.
+    monkeypatch.setenv(FAULT_DIR_ENV, str(tmp_path))
+    task_queue = f"lost-{uuid.uuid4()}"
+    turn_id = f"turn-{uuid.uuid4()}"
+    first = await start_dev_server()
+    store = AuditStore(db_url)
+    try:
+        worker = await start_worker(
+            first.client.service_client.config.target_host, task_queue, db_url, tmp_path
+        )
+        try:
+            tt = Tooltrail(first.client, task_queue=task_queue, store=store)
+            await tt.start_turn(
+                [ToolCall("c1", "slow", {"label": "lost", "seconds": WAIT_S})],
+                session_id=f"s-{turn_id}",
+                config=EAGER,
+                turn_id=turn_id,
+            )
+
+            async def body_running() -> bool | None:
+                events = await store.events(turn_id)
+                return True if any(e.kind == "tool_pre" for e in events) else None
+
+            await wait_until(body_running, timeout_s=60, what="the tool's body")
+        finally:
+            await worker.kill()
+            await first.shutdown()
+        row = await store.turn(turn_id)
+        assert row is not None and row.status == "running"
+        last = (await store.events(turn_id))[-1]
+
+        second = await start_dev_server()
+        try:
+            report = await Tooltrail(second.client, task_queue=task_queue, store=store).reconcile()
+        finally:
+            await second.shutdown()
+        [missing] = [m for m in report.missing if m.turn_id == turn_id]
+        assert missing.status == "lost"
+        row = await store.turn(turn_id)
+        assert row is not None and row.status == "lost"
+        assert row.error is not None and "in memory and was restarted" in row.error
+        events = await store.events(turn_id)
+        reconciled = events[-1]
+        # After the turn's last event, in the run that wrote it.
+        assert reconciled.kind == "turn_reconciled" and reconciled.seq == last.seq + 1
+        assert reconciled.run_id == last.run_id == row.run_id
+        assert reconciled.payload["previous_status"] == "running"
+    finally:
+        await store.close()
+    # ``audit list`` no longer shows it running.
+    listed = await asyncio.to_thread(
+        run_cli, ["audit", "list", "--database-url", db_url, "--json"], tmp_path
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert [t["status"] for t in json.loads(listed.stdout) if t["turn_id"] == turn_id] == ["lost"]
+    running = await asyncio.to_thread(
+        run_cli,
+        ["audit", "list", "--status", "running", "--database-url", db_url, "--json"],
+        tmp_path,
+    )
+    assert turn_id not in [t["turn_id"] for t in json.loads(running.stdout)]

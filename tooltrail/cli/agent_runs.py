@@ -43,6 +43,7 @@ _STATUS_STYLES = {
     "failed": "red",
     "terminated": "red",
     "timed_out": "red",
+    "lost": "red",
     "cancelled": "yellow",
     "running": "cyan",
 }

@@ -55,7 +55,7 @@ def audit_list(
     session: Annotated[str | None, typer.Option(help="Only this session.")] = None,
     status: Annotated[
         str | None,
-        typer.Option(help="completed, failed, cancelled, terminated, timed_out or running."),
+        typer.Option(help="completed, failed, cancelled, terminated, timed_out, lost or running."),
     ] = None,
     tool: Annotated[str | None, typer.Option(help="Only turns that called this tool.")] = None,
     since: Annotated[str | None, typer.Option(help="Started at or after (ISO time).")] = None,
@@ -309,7 +309,7 @@ def audit_reconcile(
         safe_text(
             f"{report.checked} running turns checked: {len(report.changed)} reconciled, "
             f"{report.still_running} running in Temporal too, "
-            f"{len(report.missing)} unknown to Temporal; "
+            f"{len(report.missing)} unknown to Temporal (lost); "
             f"{len(report.rebuilt)} closed turns with no row rebuilt from their histories"
             + (f", {len(report.unreadable)} unreadable here" if report.unreadable else "")
         ),
@@ -334,6 +334,13 @@ def audit_reconcile(
             + Text(str(item.status), style="bold")
             + Text(" rebuilt from its history")
             + Text(f" ({item.detail})" if item.detail else ""),
+            soft_wrap=True,
+        )
+    for item in report.missing:
+        console.print(
+            safe_text(f"{item.turn_id}: running -> ")
+            + Text(str(item.status or "running"), style="bold")
+            + safe_text(f" (unknown to Temporal: {item.detail})"),
             soft_wrap=True,
         )
     for item in report.unreadable:

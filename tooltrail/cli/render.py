@@ -321,6 +321,7 @@ def turns_table(turns: Sequence[TurnSummary]) -> Table:
         "failed": "red",
         "terminated": "red",
         "timed_out": "red",
+        "lost": "red",
         "cancelled": "yellow",
         "running": "cyan",
     }

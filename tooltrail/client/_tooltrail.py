@@ -647,8 +647,9 @@ class Tooltrail:
         Every turn whose row says ``running`` (started at or after ``since``) is looked up in
         Temporal (one describe each); those Temporal reports closed (terminated, timed out,
         cancelled, failed, completed) move to that status with a ``turn_reconciled`` event.
-        Turns Temporal no longer knows (history deleted by retention) are listed in
-        ``missing`` and left as they are.
+        Turns Temporal does not know (history deleted by retention, an in-memory server that
+        died) move to ``lost``, with a ``turn_reconciled`` event, and are listed in
+        ``missing``. See ``tooltrail.runtime.reconciler``.
 
         Turns of this task queue that Temporal closed with no row at all (ended before their
         first write: terminated, timed out, their worker lost) are rebuilt from their

@@ -132,9 +132,12 @@ EventKind = Literal[
     "turn_end",
     "turn_reconciled",
 ]
-TurnStatus = Literal["running", "completed", "failed", "cancelled", "terminated", "timed_out"]
-"""A turn's status; ``terminated`` and ``timed_out`` are set by reconciliation only (the
-workflow cannot write them: Temporal ended it without running its code)."""
+TurnStatus = Literal[
+    "running", "completed", "failed", "cancelled", "terminated", "timed_out", "lost"
+]
+"""A turn's status; ``terminated``, ``timed_out`` and ``lost`` are set by reconciliation only
+(the workflow cannot write them: Temporal ended it without running its code, or does not
+know it at all: ``lost``)."""
 
 
 class AuditEvent(BaseModel):

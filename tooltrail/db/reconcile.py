@@ -100,8 +100,10 @@ async def close_turn(
 ) -> bool:
     """Move a ``running`` turn to ``status`` and append its ``turn_reconciled`` event.
 
-    The event goes after the turn's last ``seq``. Returns whether the row moved (False when
-    it was no longer ``running``: its own final write came first, and nothing is written).
+    The event goes after the turn's last ``seq`` of the run ``payload["run_id"]`` names, or,
+    when Temporal named none (a turn it does not know), of the run the row names. Returns
+    whether the row moved (False when it was no longer ``running``: its own final write came
+    first, and nothing is written).
     """
     moved = await session.execute(
         update(TurnRow)
@@ -116,8 +118,12 @@ async def close_turn(
     )
     if getattr(moved, "rowcount", 0) != 1:
         return False
-    # The event belongs to the run Temporal closed (its records' branch, hash chain included).
+    # The event belongs to the run Temporal closed (its records' branch, hash chain included);
+    # of a turn Temporal does not know, to the run that wrote its row.
     run_id = str(payload.get("run_id") or "")
+    if not run_id:
+        row_run = select(TurnRow.run_id).where(TurnRow.turn_id == turn_id)
+        run_id = await session.scalar(row_run) or ""
     last = await session.scalar(
         select(func.max(AuditEventRow.seq)).where(
             AuditEventRow.turn_id == turn_id, AuditEventRow.run_id == run_id

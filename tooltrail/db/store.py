@@ -479,7 +479,7 @@ async def list_turns(
         )
     if errors_only:
         query = query.where(
-            (TurnRow.status.in_(["failed", "cancelled", "terminated", "timed_out"]))
+            (TurnRow.status.in_(["failed", "cancelled", "terminated", "timed_out", "lost"]))
             | (events.c.error_results > 0)
         )
     query = query.order_by(TurnRow.started_at.desc(), TurnRow.turn_id).limit(limit)

@@ -6,8 +6,11 @@ failure no worker recorded. Such a turn's row would say ``running`` for ever. Re
 asks Temporal (one ``describe`` per turn, and the close event of those that closed) and moves
 the row to what Temporal reports (``completed``, ``failed``, ``cancelled``, ``terminated``,
 ``timed_out``), with a ``turn_reconciled`` event after the turn's last one that says what
-Temporal reported. A turn Temporal no longer knows (its history deleted by retention) is
-reported as such and left as it is: how it ended cannot be known any more.
+Temporal reported. A turn Temporal does not know (its history deleted by retention, or kept
+by an in-memory server that died) will never end by its own code: its row moves to ``lost``,
+with a ``turn_reconciled`` event that says Temporal has no such workflow; how it ended cannot
+be known any more. ``lost`` is as final as ``terminated``: reconcile against the server the
+turns ran on (another server knows none of them, and every running turn would read as lost).
 
 A turn that closed before its first write has no row at all: reconciliation also lists the
 ``TurnWorkflow`` executions that closed since its watermark (Temporal's visibility) and
@@ -58,6 +61,7 @@ from tooltrail.settings import Settings
 
 __all__ = [
     "LEASE_NAME",
+    "LOST",
     "BackgroundReconciler",
     "ReconcileReport",
     "ReconciledTurn",
@@ -91,6 +95,7 @@ _ERROR_TYPES = {
     "cancelled": "WorkflowCancelled",
     "terminated": "WorkflowTerminated",
     "timed_out": "WorkflowTimedOut",
+    "lost": "WorkflowNotFound",
 }
 _DESCRIBES = 8
 """Describe calls in flight at once."""
@@ -103,6 +108,9 @@ its own yet (with turns, it looks back to the earliest)."""
 _SCANS_PER_REBUILD = 20
 """Closed turns a pass lists at most, per turn it may rebuild (listing is cheap: ids only)."""
 _TICK = timedelta(microseconds=1)
+
+LOST = "lost"
+"""The status of a turn Temporal does not know: it can never end by its own code."""
 
 
 def temporal_status(status: WorkflowExecutionStatus | None) -> str:
@@ -120,7 +128,8 @@ class ReconciledTurn(BaseModel):
     history was deleted by the namespace's retention), or ``unreadable`` (a closed turn
     with no row whose history cannot be decoded here)."""
     status: str | None = None
-    """The status written to the turn's row; ``None`` when the row was left as it was."""
+    """The status written to the turn's row (``lost`` when Temporal does not know it);
+    ``None`` when the row was left as it was."""
     run_id: str | None = None
     """The run Temporal described (the latest of the turn's workflow id)."""
     closed_at: datetime | None = None
@@ -136,7 +145,8 @@ class ReconcileReport(BaseModel):
     changed: list[ReconciledTurn] = Field(default_factory=list)
     """Turns whose row moved to the status Temporal reported."""
     missing: list[ReconciledTurn] = Field(default_factory=list)
-    """Turns Temporal does not know (history deleted by retention): left ``running``."""
+    """Turns Temporal does not know (history deleted by retention, or an in-memory server
+    that died): their rows moved to ``lost``."""
     still_running: int = 0
     """Turns that are running in Temporal too."""
     rebuilt: list[ReconciledTurn] = Field(default_factory=list)
@@ -194,7 +204,8 @@ async def describe_turn(client: Client, turn_id: str) -> ReconciledTurn:
                 turn_id=turn_id,
                 temporal_status="not_found",
                 detail="Temporal has no workflow with this id: it never ran on this namespace, "
-                "or its history was deleted by the namespace's retention",
+                "its history was deleted by the namespace's retention, or the server that ran "
+                "it kept its state in memory and was restarted",
             )
         raise
     status = temporal_status(description.status)
@@ -231,9 +242,12 @@ async def reconcile_turns(
     now = datetime.now(UTC)
     async with store.sessions.begin() as session:
         for view in views:
-            if view.temporal_status not in _CLOSED:
+            if view.temporal_status == "not_found":
+                status = LOST
+            elif view.temporal_status in _CLOSED:
+                status = view.temporal_status
+            else:
                 continue
-            status = view.temporal_status
             moved = await close_turn(
                 session,
                 turn_id=view.turn_id,
@@ -242,7 +256,7 @@ async def reconcile_turns(
                 error=None if status == "completed" else view.detail or status,
                 error_type=_ERROR_TYPES.get(status),
                 payload={
-                    "temporal_status": status,
+                    "temporal_status": view.temporal_status,
                     "previous_status": "running",
                     "status": status,
                     "run_id": view.run_id,
@@ -460,10 +474,10 @@ def _moved(
 def _report(views: Sequence[ReconciledTurn]) -> ReconcileReport:
     report = ReconcileReport(checked=len(views))
     for view in views:
-        if view.status is not None:
-            report.changed.append(view)
-        elif view.temporal_status == "not_found":
+        if view.temporal_status == "not_found":
             report.missing.append(view)
+        elif view.status is not None:
+            report.changed.append(view)
         elif view.temporal_status == "running":
             report.still_running += 1
     return report
@@ -628,6 +642,13 @@ class BackgroundReconciler:
                 view.status,
                 view.detail,
             )
+        for view in report.missing:
+            if view.status == LOST:
+                log.warning(
+                    "turn %r is unknown to Temporal (%s); its row said running, now lost",
+                    view.turn_id,
+                    view.detail,
+                )
         for view in report.rebuilt:
             log.info(
                 "turn %r closed in Temporal as %s (%s) with no row: rebuilt from its history",
