@@ -14,7 +14,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, assert_never
 
@@ -45,6 +45,8 @@ from tooltrail.core.text import (
     stable_hash,
 )
 from tooltrail.core.wire import (
+    ATTEMPT_TIMED_OUT,
+    LOCAL_ATTEMPT_MARGIN,
     TOOL_EXECUTE,
     AttemptOutcome,
     BreakerRefused,
@@ -244,6 +246,35 @@ def _started_marks(info: activity.Info) -> list[dict[str, Any]]:
     return []
 
 
+async def _within_time(run: Coroutine[Any, Any, _Answer]) -> _Answer:
+    """Run an attempt; one that runs out of its time fails for good, ``ATTEMPT_TIMED_OUT``.
+
+    A local attempt bounds itself to its time (its start-to-close timeout less
+    ``LOCAL_ATTEMPT_MARGIN``): the SDK would retry its own timeout of a local activity and
+    start the hung body again. A regular attempt's timeout is the server's, which the retry
+    policy keeps from retrying; a cancellation the SDK made for a timeout leaves the same way.
+    """
+    info = activity.info()
+    limit = None
+    if info.is_local and info.start_to_close_timeout is not None:
+        limit = max(0.0, (info.start_to_close_timeout - LOCAL_ATTEMPT_MARGIN).total_seconds())
+    timed_out = ApplicationError(
+        "the attempt ran out of its time", type=ATTEMPT_TIMED_OUT, non_retryable=True
+    )
+    try:
+        async with asyncio.timeout(limit) as scope:
+            return await run
+    except TimeoutError:
+        if not scope.expired():
+            raise
+        raise timed_out from None
+    except asyncio.CancelledError:
+        details = activity.cancellation_details()
+        if details is None or not details.timed_out:
+            raise
+        raise timed_out from None
+
+
 class ToolActivities:
     """Runs tool attempts; one instance per worker."""
 
@@ -307,7 +338,9 @@ class ToolActivities:
 
         Raises:
             ApplicationError: of type ``TOOL_ON_PEER`` (non-retryable), when this worker lacks
-                the tool and a live peer of its task queue has it (the turn sends it there).
+                the tool and a live peer of its task queue has it (the turn sends it there);
+                of type ``ATTEMPT_TIMED_OUT`` (non-retryable), when the attempt ran out of
+                its time.
         """
         info = activity.info()
         if inp.tool_name not in self.registry:
@@ -331,7 +364,7 @@ class ToolActivities:
             ) as span,
             attempt_details(journal),
         ):
-            outcome = await self._run(inp, journal)
+            outcome = await _within_time(self._run(inp, journal))
             match outcome:
                 case Ran() | ShadowServed():
                     span.finish(

@@ -20,14 +20,7 @@ from tooltrail.core.hooks import HookDecision
 from tooltrail.core.memoize import MemoEntry
 from tooltrail.core.recovery import MAX_RECOVERY_ATTEMPTS
 from tooltrail.core.results import ToolCall, ToolDispatchResult
-from tooltrail.core.text import (
-    BREAKER_OPEN,
-    canonical_json,
-    render_text,
-    stable_hash,
-    timed_out,
-    trajectory,
-)
+from tooltrail.core.text import BREAKER_OPEN, canonical_json, render_text, stable_hash, trajectory
 from tooltrail.core.wire import (
     AttemptOutcome,
     AttemptResult,
@@ -45,8 +38,7 @@ from tooltrail.errors import LoopDetected, ToolRecoveryExhausted
 from tooltrail.workflows.approvals import Approvals
 from tooltrail.workflows.failures import (
     ATTEMPT_FAILURES,
-    infra_failed,
-    out_of_time,
+    attempt_failed,
     raise_if_cancelled,
 )
 from tooltrail.workflows.memo import memo_hit, memo_in_place, memo_update
@@ -64,11 +56,6 @@ check taken before the wait)."""
 
 # Bounded state: a turn's inline output budget (TurnState); the memo cache's is in .memo.
 _INLINE_BUDGET_PATCH = "tooltrail-inline-budget"
-
-ATTEMPT_TIMEOUTS_PATCH = "tooltrail-attempt-timeouts"
-"""Patch: an attempt that ran out of its timeout is answered ``Tool '{name}' timed out after
-{secs}s``, as the tool's own ``timeout_s`` is (histories before it answered Temporal's words,
-``activity StartToClose timeout``). Asked only when an attempt timed out."""
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -459,15 +446,9 @@ class CallPipeline:
                 retry_policy=retry,
             )
         except ATTEMPT_FAILURES as failure:
-            if out_of_time(failure) and workflow.patched(ATTEMPT_TIMEOUTS_PATCH):
-                # One start, one answer: the same words as the tool's own timeout.
-                return InfraFailed(
-                    output=timed_out(tool_name, timeout.total_seconds()),
-                    is_error=True,
-                    resolved_tool_name=tool_name,
-                )
-            # Temporal's infrastructure retries are spent (spec §14): a soft failed attempt.
-            return infra_failed(failure, tool_name)
+            # Temporal's infrastructure retries are spent (spec §14), or the attempt ran out
+            # of time: a soft failed attempt.
+            return attempt_failed(failure, tool_name, timeout)
         # What the activity left unsaid (the request says it) comes back first.
         outcome = open_outcome(outcome, request)
         match outcome:

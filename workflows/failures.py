@@ -9,17 +9,23 @@ Temporal never retries a turn that the pipeline stopped. Deterministic code only
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
+from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
-from tooltrail.core.wire import InfraFailed
+from tooltrail.core.text import timed_out
+from tooltrail.core.wire import ATTEMPT_TIMED_OUT, InfraFailed
 from tooltrail.errors import LoopDetected, ToolRecoveryExhausted, TurnError
 
 __all__ = [
     "ATTEMPT_FAILURES",
+    "ATTEMPT_TIMEOUTS_PATCH",
+    "TIMEOUT_NOT_RETRIED",
     "AttemptFailure",
     "application_error",
+    "attempt_failed",
     "cancelling",
     "failure_text",
     "infra_failed",
@@ -57,14 +63,48 @@ def infra_failed(failure: AttemptFailure, tool_name: str) -> InfraFailed:
     )
 
 
+ATTEMPT_TIMEOUTS_PATCH = "tooltrail-attempt-timeouts"
+"""Patch: an attempt that ran out of its timeout is answered ``Tool '{name}' timed out after
+{secs}s``, as the tool's own ``timeout_s`` is (histories before it answered Temporal's words,
+``activity StartToClose timeout``). Asked only when an attempt timed out."""
+
+TIMEOUT_NOT_RETRIED = "TemporalTimeout:StartToClose"
+"""The retry policy's non-retryable type of a tool attempt's start-to-close timeout.
+
+Temporal's retries of an attempt are for a lost worker (its heartbeats stop: a heartbeat
+timeout) and failures inside the activity (the database). An attempt that used up its whole
+start-to-close timeout is neither: its body started and hung, and another start would run
+the tool again unseen by the trail (a body without ``timeout_s`` was started
+``infrastructure_retries`` times). The server matches timeouts by this name."""
+
+
+def attempt_failed(failure: AttemptFailure, tool_name: str, timeout: timedelta) -> InfraFailed:
+    """The soft failed attempt of a tool activity that failed for good.
+
+    An attempt that ran out of ``timeout`` says so in the words of the tool's own timeout
+    (since ``ATTEMPT_TIMEOUTS_PATCH``); any other failure, in Temporal's (``infra_failed``).
+    """
+    if out_of_time(failure) and workflow.patched(ATTEMPT_TIMEOUTS_PATCH):
+        return InfraFailed(
+            output=timed_out(tool_name, timeout.total_seconds()),
+            is_error=True,
+            resolved_tool_name=tool_name,
+        )
+    return infra_failed(failure, tool_name)
+
+
 def out_of_time(failure: AttemptFailure) -> bool:
     """Whether an attempt failed because it ran out of its timeout (not a lost worker).
 
-    A regular attempt's start-to-close timeout, or a local one's schedule-to-close (which
-    bounds a local attempt with its retries: ``workflows.routes``); a heartbeat timeout is a
-    lost worker, and is not this.
+    A regular attempt's start-to-close timeout, or the tool activity's own
+    ``ATTEMPT_TIMED_OUT`` (a local attempt bounds itself to its time); a local activity's
+    timeout as well, which a local attempt recorded before ``ATTEMPT_TIMED_OUT`` may show. A
+    heartbeat timeout is a lost worker, and is not this.
     """
     cause = failure.cause if isinstance(failure, ActivityError) else failure
+    if isinstance(cause, ApplicationError):
+        # The tool activity's own word: the SDK cancelled it for its timeout.
+        return cause.type == ATTEMPT_TIMED_OUT
     return isinstance(cause, TemporalTimeoutError) and cause.type in (
         TimeoutType.START_TO_CLOSE,
         TimeoutType.SCHEDULE_TO_CLOSE,

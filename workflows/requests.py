@@ -13,19 +13,13 @@ from temporalio.common import RetryPolicy
 from tooltrail.core.memoize import MemoEntry
 from tooltrail.core.results import ToolCall
 from tooltrail.core.wire import ExecuteAttempt
+from tooltrail.workflows.failures import TIMEOUT_NOT_RETRIED
 from tooltrail.workflows.state import TurnState
 
-__all__ = ["TIMEOUT_MARGIN", "TIMEOUT_NOT_RETRIED", "schedule"]
+__all__ = ["TIMEOUT_MARGIN", "schedule"]
 
 TIMEOUT_MARGIN = timedelta(seconds=30)
 """Margin on top of a tool's own timeout, so the tool's soft timeout text wins over Temporal's."""
-
-# Temporal's retries of an attempt are for a lost worker (its heartbeats stop: a heartbeat
-# timeout) and failures inside the activity (the database). An attempt that used up its whole
-# start-to-close timeout is neither: its body started and hung, and another start would run
-# the tool again unseen by the trail (a body without ``timeout_s`` was started
-# ``infrastructure_retries`` times). The server reads this type for the timeout.
-TIMEOUT_NOT_RETRIED = "TemporalTimeout:StartToClose"
 
 
 def schedule(

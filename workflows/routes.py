@@ -20,6 +20,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from tooltrail.core.wire import (
     ATTEMPT_OUTCOME,
+    LOCAL_ATTEMPT_MARGIN,
     TOOL_EXECUTE,
     TOOL_ON_PEER,
     AttemptOutcome,
@@ -84,15 +85,14 @@ class ToolRoutes:
         while True:
             try:
                 if local and queue is None:
-                    # The SDK retries a local attempt's timeout whatever the retry policy
-                    # says: the whole attempt, retries included, gets the attempt's time, so a
-                    # hung body is not started again (a failure inside it still is, at once).
+                    # The SDK retries a local activity's start-to-close timeout whatever the
+                    # retry policy says: the attempt bounds itself to its time, and fails
+                    # for good (ATTEMPT_TIMED_OUT) before that timeout comes.
                     outcome: AttemptOutcome = await workflow.execute_local_activity(
                         TOOL_EXECUTE,
                         request,
                         result_type=ATTEMPT_OUTCOME,
-                        start_to_close_timeout=start_to_close_timeout,
-                        schedule_to_close_timeout=start_to_close_timeout,
+                        start_to_close_timeout=start_to_close_timeout + LOCAL_ATTEMPT_MARGIN,
                         retry_policy=retry_policy,
                     )
                 else:

@@ -542,6 +542,20 @@ async def attempt_timed_out(tt: Tooltrail) -> str:
     return turn.turn_id
 
 
+async def local_attempt_timed_out(tt: Tooltrail) -> str:
+    # A local attempt out of time. Its file was recorded by tooltrail before
+    # tooltrail-attempt-timeouts (the SDK retried the timeout; the turn read Temporal's
+    # words): on replay the SDK raises that timeout bare, which once escaped the turn.
+    # Recording it again records today's shape (as attempt_timed_out has it).
+    turn = await tt.run_turn(
+        [ToolCall("c1", "hangs_local", {})],
+        session_id="hist-local-timed-out",
+        config=RunConfig(tool_timeout_s=1, infrastructure_retries=2, recovery=NoRetry()),
+    )
+    assert turn.results[0].is_error, turn.results
+    return turn.turn_id
+
+
 async def model_call_cancelled(tt: Tooltrail) -> str:
     # The run is cancelled while its turn waits for the model: the turn ends cancelled.
     handle = await tt.start_agent("wait", session_id="hist-model-cancel")
@@ -735,6 +749,7 @@ SCENARIOS: dict[str, tuple[Scenario, Host]] = {
     "model_turn_local_model": (local_model_turn, Host(TOOLS, model=agent_model())),
     "local_attempt_spent": (local_attempt_spent, Host([*TOOLS, charge_local])),
     "attempt_timed_out": (attempt_timed_out, Host([*TOOLS, hangs, hangs_local])),
+    "local_attempt_timed_out": (local_attempt_timed_out, Host([*TOOLS, hangs_local])),
     "model_call_cancelled": (model_call_cancelled, Host(TOOLS, model=SlowModel())),
     "reflector_cancelled": (reflector_cancelled, Host(TOOLS, reflector=PonderingReflector())),
     "close_session_fails": (close_session_fails, Host(TOOLS)),

@@ -9,7 +9,7 @@ module: workflow code imports it.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -28,7 +28,9 @@ __all__ = [
     "ACCESS_AUTHORIZE",
     "APPROVAL_PROOF",
     "ATTEMPT_OUTCOME",
+    "ATTEMPT_TIMED_OUT",
     "AUDIT_RECORD",
+    "LOCAL_ATTEMPT_MARGIN",
     "MODEL_TURN",
     "RECOVERY_REFLECT",
     "SESSION_CLEANUP",
@@ -103,6 +105,14 @@ MODEL_TURN = "tooltrail.model.turn"
 """Activity: append a turn's new messages to the run's conversation and ask the model."""
 TOOL_ON_PEER = "ToolOnPeerWorker"
 """``ApplicationError`` type of an attempt refused for a peer: ``details[0]`` is its queue."""
+
+ATTEMPT_TIMED_OUT = "ToolAttemptTimedOut"
+"""``ApplicationError`` type of a tool attempt that ran out of its time (non-retryable)."""
+
+LOCAL_ATTEMPT_MARGIN = timedelta(seconds=1)
+"""What a local tool attempt's start-to-close timeout adds to its time: the attempt bounds
+itself to its time and fails ``ATTEMPT_TIMED_OUT`` first, because the SDK retries a local
+activity's own start-to-close timeout whatever its retry policy says."""
 
 ACCESS_AUTHORIZE = "tooltrail.access.authorize"
 """Activity: the worker's access gate answers a preflight (``Tooltrail.authorize_tool``)."""
