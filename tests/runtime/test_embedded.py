@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.testing import WorkflowEnvironment
 
 from tests.support.cli_runner import run_cli
 from tooltrail import ConfigurationError
@@ -108,3 +112,145 @@ def test_demo_runs_with_otel_set_and_its_spans_go_to_stderr(tmp_path: Path) -> N
     assert '"name": "execute_tool calculate"' in done.stderr
     assert '"gen_ai.tool.name": "calculate"' in done.stderr
     assert '"name": "chat' in done.stderr
+
+
+# -- a port taken before the server binds it ---------------------------------------------------
+
+
+@contextlib.contextmanager
+def held_ports(count: int) -> Iterator[list[int]]:
+    """``count`` ports, each held by a listening socket of this process (another process's
+    port, as far as the server can tell) until the block ends."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sock.listen()
+            sockets.append(sock)
+        yield [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+async def test_a_port_taken_before_the_server_binds_it_is_picked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The race of a fresh clone's `make test`: the port was free when it was picked, and
+    # another process took it before the server bound it. Only the picking is replaced:
+    # it hands out a port this test holds, then free ones again.
+    with held_ports(1) as [taken]:
+        picks = iter([taken])
+        free_port = embedded._free_port
+        monkeypatch.setattr(embedded, "_free_port", lambda: next(picks, None) or free_port())
+        env = await start_dev_server()
+        try:
+            target = env.client.service_client.config.target_host
+            assert target != f"127.0.0.1:{taken}"
+            described = await env.client.workflow_service.describe_namespace(
+                DescribeNamespaceRequest(namespace="default")
+            )
+            assert described.namespace_info.name == "default"
+        finally:
+            await env.shutdown()
+
+
+async def test_a_port_taken_by_another_temporal_server_is_not_mistaken_for_ours(
+    temporal_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same race between two embedded servers (two test workers of `make test`): the one
+    # that lost the port must not take the winner's answers for its own, hand out a client
+    # of the other server and leave its caller with a server that is gone.
+    theirs = temporal_env.client.service_client.config.target_host
+    picks = iter([int(theirs.rsplit(":", 1)[1])])
+    free_port = embedded._free_port
+    monkeypatch.setattr(embedded, "_free_port", lambda: next(picks, None) or free_port())
+    env = await start_dev_server()
+    try:
+        assert env.client.service_client.config.target_host != theirs
+        assert env._process.returncode is None
+    finally:
+        await env.shutdown()
+
+
+async def test_a_server_whose_ports_are_always_taken_says_which_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with held_ports(embedded._PORT_ATTEMPTS) as ports:
+        picks = iter(ports)
+        monkeypatch.setattr(embedded, "_free_port", lambda: next(picks))
+        started = time.monotonic()
+        with pytest.raises(ConfigurationError) as caught:
+            await start_dev_server()
+    assert time.monotonic() - started < 60
+    message = str(caught.value)
+    assert "\n" not in message and "goroutine" not in message
+    assert f"port {ports[-1]} is already in use (5 sets of free ports tried" in message
+    await asyncio.to_thread(Path(message.rsplit("its whole output: ", 1)[1].rstrip(")")).unlink)
+
+
+async def test_a_port_asked_for_and_in_use_is_not_swapped_for_another() -> None:
+    with held_ports(1) as [taken], pytest.raises(ConfigurationError) as caught:
+        await start_dev_server(port=taken)
+    message = str(caught.value)
+    assert f"port {taken} is already in use (the port was asked for" in message
+    assert "\n" not in message
+    await asyncio.to_thread(Path(message.rsplit("its whole output: ", 1)[1].rstrip(")")).unlink)
+
+
+PANIC = "\n".join(
+    [
+        'time=2026-12-05T17:03:19.960 level=ERROR msg="Failed to start gRPC listener" '
+        'error="listen tcp 127.0.0.1:$PORT: bind: address already in use" service=frontend '
+        "address=127.0.0.1:$PORT",
+        "panic: runtime error: invalid memory address or nil pointer dereference",
+        "[signal SIGSEGV: segmentation violation code=0x1 addr=0x20 pc=0x2bb0889]",
+        "",
+        "goroutine 1 [running]:",
+        "go.temporal.io/server/service/frontend.NewHTTPAPIServer(0x19da68b12008, ...)",
+        "\t/home/runner/go/pkg/mod/go.temporal.io/server@v1.32.0/service/frontend/"
+        "http_api_server.go:83 +0x89",
+        "main.main()",
+        "\t/home/runner/work/cli/cli/cmd/temporal/main.go:18 +0x8e",
+        "",
+    ]
+)
+
+
+async def test_the_go_panic_of_a_port_lost_late_is_read_as_its_cause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Taken after the server's own check of the port, the port makes the Go server panic
+    # (the lines above are what temporal 1.9.1 printed then): a stand-in binary that always
+    # loses its port that way. It is started again on fresh ports, and the error is one line.
+    starts = tmp_path / "starts"
+    fake = tmp_path / "temporal"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'while [ $# -gt 0 ]; do [ "$1" = --port ] && PORT=$2; shift; done\n'
+        f"echo start >> {starts}\n"
+        f"cat <<EOF\n{PANIC}EOF\n"
+        "exit 2\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(embedded, "find_binary", lambda name: str(fake))
+    with pytest.raises(ConfigurationError) as caught:
+        await start_dev_server()
+    message = str(caught.value)
+    assert len(starts.read_text().split()) == embedded._PORT_ATTEMPTS
+    assert "\n" not in message and "goroutine" not in message and "panic" not in message
+    assert "is already in use (5 sets of free ports tried" in message
+    await asyncio.to_thread(Path(message.rsplit("its whole output: ", 1)[1].rstrip(")")).unlink)
+
+
+def test_a_panic_that_is_not_about_a_port_shows_its_error_lines_not_its_goroutines(
+    tmp_path: Path,
+) -> None:
+    output = tmp_path / "out.log"
+    output.write_text(PANIC.replace("bind: address already in use", "no route to host"))
+    said = embedded._tail(output)
+    assert said.splitlines() == [
+        PANIC.splitlines()[0].replace("bind: address already in use", "no route to host"),
+        "panic: runtime error: invalid memory address or nil pointer dereference",
+    ]

@@ -14,7 +14,11 @@ tooltrail starts the dev server itself rather than through the SDK's
   command's stdout stays JSON); when the server fails to start, its own last lines are the
   error message, instead of "did not start within 5s";
 * the start-up timeout is one a loaded laptop meets (60 s by default, and a server that
-  exits is reported at once, not after the timeout).
+  exits is reported at once, not after the timeout);
+* a port taken by another process between picking it and the server binding it (a race the
+  picker cannot close: it must let the port go for the server to take it) is not fatal: the
+  server is started again on fresh ports, a few times, and when it still cannot bind, the
+  error says which port is in use in one line instead of the Go panic the server printed.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import socket
 import sys
@@ -97,6 +102,16 @@ _KEPT_VARIABLES = frozenset(
 )
 _OUTPUT_TAIL_LINES = 5
 _OUTPUT_TAIL_CHARS = 3000
+_PORT_ATTEMPTS = 5
+"""Starts on fresh ports when another process took one before the server bound it."""
+# How the server says a port is taken: its own check ("Error: can't set frontend port N:
+# listen tcp ...") or a listener that failed later (its log line, before a Go panic).
+_ADDRESS_IN_USE = re.compile(r"listen tcp \S*?:(\d+): bind: address already in use")
+# What the server prints once it serves (after it bound its ports): "Temporal Server: host:P".
+_SERVING = re.compile(r"^Temporal Server:\s+\S*:(\d+)\s*$", re.MULTILINE)
+_ANSWER_GRACE_S = 3.0
+"""How long an answer on the port must last, with the server alive, when the server never
+says it serves (a CLI that prints otherwise); a server that lost its port exits sooner."""
 
 
 def find_binary(name: str) -> str:
@@ -140,16 +155,33 @@ def _free_port() -> int:
         return port
 
 
-def _tail(path: Path) -> str:
-    """What the server said last, for an error message: its ``Error:`` line, or its last lines."""
+def _output(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        return path.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return "(no output)"
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+        return ""
+
+
+def _tail(path: Path) -> str:
+    """What the server said last, for an error message.
+
+    Its ``Error:`` line; else, before a Go panic, its error lines and the panic's own line
+    (not the goroutine dump); else its last lines.
+    """
+    lines = [line.strip() for line in _output(path).splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("Error:")]
-    said = errors[-1:] or lines[-_OUTPUT_TAIL_LINES:]
+    panics = [line for line in lines if line.startswith("panic:")]
+    if panics and not errors:
+        before = lines[: lines.index(panics[0])]
+        errors = [line for line in before if "level=ERROR" in line][-3:] + panics[:1]
+    said = errors or lines[-_OUTPUT_TAIL_LINES:]
     return "\n".join(said)[-_OUTPUT_TAIL_CHARS:] or "(no output)"
+
+
+def _port_in_use(path: Path) -> int | None:
+    """The port the server's output says another process holds, if that is why it stopped."""
+    found = _ADDRESS_IN_USE.search(_output(path))
+    return int(found.group(1)) if found else None
 
 
 def _discard(path: Path) -> None:
@@ -206,37 +238,75 @@ async def _kill(process: asyncio.subprocess.Process) -> None:
     await process.wait()
 
 
+async def _connect(target: str, namespace: str) -> Client:
+    """A client of the server at ``target``, once it answers for ``namespace``."""
+    # A plain TCP probe first: it fails in microseconds while the port is closed.
+    _, writer = await asyncio.open_connection(*target.rsplit(":", 1))
+    writer.close()
+    client = await Client.connect(target, namespace=namespace, data_converter=wire_data_converter)
+    # The frontend may answer before the namespace is registered.
+    await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
+    return client
+
+
+def _serves(output: Path, port: int) -> bool:
+    """Whether the server's output says it serves on ``port``."""
+    return any(int(found) == port for found in _SERVING.findall(_output(output)))
+
+
 async def _wait_until_serving(
     process: asyncio.subprocess.Process,
     target: str,
     namespace: str,
     timeout_s: float,
+    output: Path,
 ) -> Client:
-    """Connect once the frontend answers and the namespace exists; fail fast if it exits."""
+    """Connect once the frontend answers and the namespace exists; fail fast if it exits.
+
+    Each connection attempt races the process's exit: when another process holds the port,
+    the attempt reaches that process (which may never answer gRPC, or may be another
+    Temporal server that answers at once), and only our server's exit says the port was not
+    ours. So an answer counts once our server says it serves on that port (it prints so
+    after binding), or, failing that, once answers have come for ``_ANSWER_GRACE_S`` with
+    our server alive.
+    """
     deadline = time.monotonic() + timeout_s
     last_error = "no connection attempt finished"
-    while True:
-        if process.returncode is not None:
-            raise _StartFailed(f"it exited with status {process.returncode}")
-        try:
-            # A plain TCP probe first: it fails in microseconds while the port is closed.
-            _, writer = await asyncio.open_connection(*target.rsplit(":", 1))
-            writer.close()
-            client = await Client.connect(
-                target, namespace=namespace, data_converter=wire_data_converter
+    answered_since: float | None = None
+    port = int(target.rsplit(":", 1)[1])
+    exited = asyncio.ensure_future(process.wait())
+    try:
+        while True:
+            if process.returncode is not None:
+                raise _StartFailed(f"it exited with status {process.returncode}")
+            attempt = asyncio.ensure_future(_connect(target, namespace))
+            await asyncio.wait(
+                {attempt, exited},
+                timeout=max(0.0, deadline - time.monotonic()),
+                return_when=asyncio.FIRST_COMPLETED,
             )
-            # The frontend may answer before the namespace is registered.
-            await client.workflow_service.describe_namespace(
-                DescribeNamespaceRequest(namespace=namespace)
-            )
-            return client
-        except Exception as exc:  # any failure here means "not yet"
-            last_error = f"{type(exc).__name__}: {exc}"
-        if time.monotonic() >= deadline:
-            raise _StartFailed(
-                f"it did not answer within {timeout_s:g}s; last connection error: {last_error}"
-            )
-        await asyncio.sleep(0.1)
+            if not attempt.done():
+                attempt.cancel()
+                with contextlib.suppress(BaseException):
+                    await attempt
+            elif attempt.exception() is not None:  # any failure here means "not yet"
+                error = attempt.exception()
+                last_error = f"{type(error).__name__}: {error}"
+            elif process.returncode is None:
+                now = time.monotonic()
+                answered_since = now if answered_since is None else answered_since
+                if _serves(output, port) or now - answered_since >= _ANSWER_GRACE_S:
+                    return attempt.result()
+                last_error = "the port answered before the server said it serves"
+            if process.returncode is not None:
+                raise _StartFailed(f"it exited with status {process.returncode}")
+            if time.monotonic() >= deadline:
+                raise _StartFailed(
+                    f"it did not answer within {timeout_s:g}s; last connection error: {last_error}"
+                )
+            await asyncio.sleep(0.1)
+    finally:
+        exited.cancel()
 
 
 class _StartFailed(Exception):
@@ -258,9 +328,10 @@ async def start_dev_server(
     """Start the Temporal dev server (a real server; in memory, or SQLite with ``db_filename``).
 
     Args:
-        port: the frontend's port (default: a free one).
+        port: the frontend's port (default: a free one; when another process takes it before
+            the server binds it, the server starts again on another, up to 5 tries).
         ui: whether to serve the Temporal UI.
-        ui_port: the UI's port (default with ``ui``: a free one).
+        ui_port: the UI's port (default with ``ui``: a free one, picked again likewise).
         db_filename: keep the server's state in this SQLite file (default: in memory).
         namespace: the namespace the server registers.
         extra_args: the server's own arguments; the default is tooltrail's tuning
@@ -274,12 +345,56 @@ async def start_dev_server(
         The running server; its ``client`` uses tooltrail's data converter.
 
     Raises:
-        ConfigurationError: the server did not start: the message holds its last output lines.
+        ConfigurationError: the server did not start: the message holds its last output lines,
+            or, when a port is in use (one asked for, or every free one picked), says which
+            in one line.
     """
     binary = find_binary("temporal")
-    port = port or _free_port()
-    if ui and ui_port is None:
-        ui_port = _free_port()
+    fixed = {p for p in (port, ui_port) if p is not None}
+    taken: list[int] = []
+    for attempt in range(1, _PORT_ATTEMPTS + 1):
+        ports = (port or _free_port(), (ui_port or _free_port()) if ui else None)
+        args = _server_args(ports, namespace, db_filename, log_level, extra_args)
+        process, output = await _launch(binary, args, env)
+        target = f"127.0.0.1:{ports[0]}"
+        try:
+            client = await _wait_until_serving(
+                process, target, namespace, startup_timeout_s, output
+            )
+        except BaseException as exc:
+            await _kill(process)
+            if not isinstance(exc, _StartFailed):
+                _discard(output)
+                raise
+            in_use = _port_in_use(output)
+            if in_use is None:
+                # The output file stays: the message names it.
+                raise ConfigurationError(
+                    f"the embedded Temporal dev server at {target} did not start: {exc}. "
+                    f"It said:\n{_tail(output)}\n(its whole output: {output})"
+                ) from None
+            taken.append(in_use)
+            if in_use in fixed or attempt == _PORT_ATTEMPTS:
+                raise ConfigurationError(_in_use_message(taken, fixed, output)) from None
+            # Another process took a port we picked before the server bound it: pick again.
+            _discard(output)
+            continue
+        # The same client the SDK's start_local gives (AssertionError in workflow code fails
+        # the workflow instead of retrying its task forever), so tests see the same behaviour.
+        wrapped = WorkflowEnvironment.from_client(client).client
+        return EmbeddedServer(wrapped, process, output, ui_port=ports[1])
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _server_args(
+    ports: tuple[int, int | None],
+    namespace: str,
+    db_filename: str | None,
+    log_level: str,
+    extra_args: Sequence[str],
+) -> list[str]:
+    """The dev server's arguments: frontend port, UI port (``None``: headless), the rest."""
+    port, ui_port = ports
     args = [
         "server",
         "start-dev",
@@ -297,8 +412,18 @@ async def start_dev_server(
     ]
     if db_filename is not None:
         args += ["--db-filename", db_filename]
-    args += ["--ui-port", str(ui_port)] if ui else ["--headless"]
-    args += list(extra_args)
+    args += ["--headless"] if ui_port is None else ["--ui-port", str(ui_port)]
+    return args + list(extra_args)
+
+
+async def _launch(
+    binary: str, args: Sequence[str], env: Mapping[str, str] | None
+) -> tuple[asyncio.subprocess.Process, Path]:
+    """Start the server process, its output going to a file of its own.
+
+    Raises:
+        ConfigurationError: the binary cannot be run.
+    """
     handle, name = tempfile.mkstemp(prefix="tooltrail-temporal-", suffix=".log")
     output = Path(name)
     sink: IO[bytes] = os.fdopen(handle, "wb")
@@ -318,23 +443,20 @@ async def start_dev_server(
     finally:
         # The child has its own copy of the descriptor.
         sink.close()
-    target = f"127.0.0.1:{port}"
-    try:
-        client = await _wait_until_serving(process, target, namespace, startup_timeout_s)
-    except BaseException as exc:
-        await _kill(process)
-        if not isinstance(exc, _StartFailed):
-            _discard(output)
-            raise
-        # The output file stays: the message names it.
-        raise ConfigurationError(
-            f"the embedded Temporal dev server at {target} did not start: {exc}. "
-            f"It said:\n{_tail(output)}\n(its whole output: {output})"
-        ) from None
-    # The same client the SDK's start_local gives (AssertionError in workflow code fails the
-    # workflow instead of retrying its task forever), so tests see the same behaviour.
-    wrapped = WorkflowEnvironment.from_client(client).client
-    return EmbeddedServer(wrapped, process, output, ui_port=ui_port if ui else None)
+    return process, output
+
+
+def _in_use_message(taken: Sequence[int], fixed: set[int], output: Path) -> str:
+    """One line: which port is in use, what was tried, where the server's output is."""
+    last = taken[-1]
+    if last in fixed:
+        tried = "the port was asked for, so no other was tried"
+    else:
+        tried = f"{len(taken)} sets of free ports tried, each taken before the server bound it"
+    return (
+        f"the embedded Temporal dev server did not start: port {last} is already in use "
+        f"({tried}; its whole output: {output})"
+    )
 
 
 async def start_time_skipping_server() -> WorkflowEnvironment:
