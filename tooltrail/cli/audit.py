@@ -321,30 +321,23 @@ def audit_reconcile(
             + safe_text(str(item.status), style="bold")
             + safe_text(f" ({item.detail})" if item.detail else ""),
         )
+    for item in report.rebuilt:
+        print_text(
+            console,
+            safe_text(f"{item.turn_id}: no row -> ")
+            + safe_text(str(item.status), style="bold")
+            + Text(" rebuilt from its history")
+            + safe_text(f" ({item.detail})" if item.detail else ""),
+        )
     for item in report.missing:
         print_text(
             console,
-            safe_text(f"{item.turn_id}: ")
-            + Text("unknown to Temporal", style="yellow")
-            + safe_text(f" ({item.detail}); its row is left running"),
-        )
-    for item in report.rebuilt:
-        console.print(
-            Text(f"{item.turn_id}: no row -> ")
-            + Text(str(item.status), style="bold")
-            + Text(" rebuilt from its history")
-            + Text(f" ({item.detail})" if item.detail else ""),
-            soft_wrap=True,
-        )
-    for item in report.missing:
-        console.print(
             safe_text(f"{item.turn_id}: running -> ")
-            + Text(str(item.status or "running"), style="bold")
+            + safe_text(str(item.status or "running"), style="bold")
             + safe_text(f" (unknown to Temporal: {item.detail})"),
-            soft_wrap=True,
         )
     for item in report.unreadable:
-        console.print(Text(f"{item.turn_id}: ") + Text(item.detail, style="yellow"), soft_wrap=True)
+        print_text(console, safe_text(f"{item.turn_id}: ") + safe_text(item.detail, style="yellow"))
 
 
 EXIT_MISMATCH = 1
