@@ -53,7 +53,7 @@ from tooltrail.core.wire import (
 from tooltrail.pipeline.middleware import RedactingMiddleware
 from tooltrail.pipeline.redaction import redact_flush
 
-__all__ = ["REBUILT", "RebuiltTurn", "rebuild_turn"]
+__all__ = ["REBUILT", "RebuiltTurn", "close_detail", "rebuild_turn"]
 
 REBUILT = "rebuilt"
 """The payload key (``True``) of every record reconciliation rebuilt from a history."""
@@ -320,8 +320,8 @@ class _Attempts:
         ]
 
 
-async def _close_detail(client: Client, event: HistoryEvent, status: str) -> str:
-    """Temporal's words about how the run closed."""
+async def close_detail(client: Client, event: HistoryEvent, status: str) -> str:
+    """Temporal's words about how a run closed, from its close event (``status`` otherwise)."""
     if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED:
         attrs = event.workflow_execution_terminated_event_attributes
         by = f" by {attrs.identity}" if attrs.identity else ""
@@ -331,9 +331,12 @@ async def _close_detail(client: Client, event: HistoryEvent, status: str) -> str
     if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
         failure = event.workflow_execution_failed_event_attributes.failure
         try:
+            # With the codec on the message is encrypted: the client's converter has the keys.
             return f"failed: {await client.data_converter.decode_failure(failure)}"
         except Exception:  # a detail only; the status is what matters
             return f"failed: {failure.message}"
+    if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED:
+        return "cancelled"
     return status
 
 
@@ -407,7 +410,7 @@ async def rebuild_turn(
         elif event.event_type in _ACTIVITY_ENDS:
             await attempts.ended_event(event)
     closed_at = _at(closing)
-    detail = await _close_detail(client, closing, status)
+    detail = await close_detail(client, closing, status)
     build.emit(
         "turn_reconciled",
         {

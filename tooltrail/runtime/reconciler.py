@@ -35,7 +35,6 @@ from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
 from pydantic import BaseModel, Field
-from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistoryEventFilterType
 from temporalio.service import RPCError, RPCStatusCode
@@ -56,7 +55,7 @@ from tooltrail.db.reconcile import (
 from tooltrail.db.store import AuditStore
 from tooltrail.pipeline.host import Host
 from tooltrail.pipeline.middleware import RedactingMiddleware
-from tooltrail.runtime.rebuild import rebuild_turn
+from tooltrail.runtime.rebuild import close_detail, rebuild_turn
 from tooltrail.settings import Settings
 
 __all__ = [
@@ -171,23 +170,7 @@ async def _close_detail(client: Client, turn_id: str, run_id: str, status: str) 
         event = found
     if event is None:
         return status
-    if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED:
-        attrs = event.workflow_execution_terminated_event_attributes
-        by = f" by {attrs.identity}" if attrs.identity else ""
-        return f"terminated{by}: {attrs.reason or 'no reason given'}"
-    if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT:
-        return "the workflow's execution timeout passed"
-    if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
-        failure = event.workflow_execution_failed_event_attributes.failure
-        try:
-            # With the codec on the message is encrypted: the client's converter has the keys.
-            error = await client.data_converter.decode_failure(failure)
-            return f"failed: {error}"
-        except Exception:  # a detail only; the status is what matters
-            return f"failed: {failure.message}"
-    if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED:
-        return "cancelled"
-    return status
+    return await close_detail(client, event, status)
 
 
 async def describe_turn(client: Client, turn_id: str) -> ReconciledTurn:
